@@ -1,0 +1,7 @@
+//! `optimizer`: decides how to run a machine-learning model on the hardware at hand, and says why.
+//!
+//! The library holds every capability; `src/main.rs` only calls [`cli::main`]. Module plan and data flow:
+//! `ARCHITECTURE.md` of the project (pure core: `model`; edges: `cli`).
+
+pub mod cli;
+pub mod model;

@@ -1,0 +1,1 @@
+//! Hugging Face `config.json` (stub, replaced by the real parser).

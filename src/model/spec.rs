@@ -1,0 +1,362 @@
+//! Format-independent assembly of a [`ModelSpec`]: tensor roles from names, per-layer totals, quantization mix,
+//! layer kinds derived from the tensors, and the fingerprint.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::{
+    Format, Hparams, LayerSummary, MetaValue, ModelFile, ModelSpec, QuantShare, Role, TensorInfo,
+};
+
+/// Role and block index of a tensor from its name. Understands llama.cpp's GGUF names (`blk.N.attn_q.weight`)
+/// and Hugging Face names (`model.layers.N.self_attn.q_proj.weight`).
+pub fn classify_tensor(name: &str) -> (Role, Option<u32>) {
+    let segments: Vec<&str> = name.split('.').collect();
+    let layer = layer_index(&segments);
+    let lower = name.to_ascii_lowercase();
+    let leaf = segments
+        .iter()
+        .rev()
+        .find(|s| !matches!(**s, "weight" | "bias" | "scale" | "qweight"))
+        .copied()
+        .unwrap_or("");
+    (role_of(&lower, &segments, leaf, layer.is_some()), layer)
+}
+
+fn layer_index(segments: &[&str]) -> Option<u32> {
+    let mut iter = segments.iter().peekable();
+    while let Some(seg) = iter.next() {
+        if matches!(*seg, "blk" | "layers" | "h" | "layer" | "blocks" | "block")
+            && let Some(next) = iter.peek()
+            && let Ok(n) = next.parse::<u32>()
+        {
+            return Some(n);
+        }
+    }
+    None
+}
+
+fn is_quant_state(lower: &str) -> bool {
+    const SUFFIXES: &[&str] = &[
+        ".qzeros",
+        ".scales",
+        ".g_idx",
+        ".weight_scale",
+        ".weight_scale_inv",
+        ".input_scale",
+        ".output_scale",
+        ".k_scale",
+        ".v_scale",
+        ".weight_zero_point",
+        ".weight_g_idx",
+        ".weight_shape",
+        ".absmax",
+        ".quant_map",
+        ".nested_absmax",
+        ".nested_quant_map",
+        ".scb",
+        ".weight_format",
+    ];
+    SUFFIXES.iter().any(|s| lower.ends_with(s)) || lower.contains(".quant_state.")
+}
+
+fn role_of(lower: &str, segments: &[&str], leaf: &str, in_layer: bool) -> Role {
+    if is_quant_state(lower) {
+        return Role::QuantState;
+    }
+    let has = |s: &str| segments.iter().any(|seg| seg.eq_ignore_ascii_case(s));
+    let leaf_l = leaf.to_ascii_lowercase();
+    if leaf_l.contains("norm") || leaf_l.starts_with("ln_") || leaf_l == "ln" {
+        return Role::Norm;
+    }
+    if !in_layer {
+        if leaf_l.contains("embd")
+            || leaf_l.contains("embed")
+            || matches!(leaf_l.as_str(), "wte" | "wpe" | "word_embeddings")
+        {
+            // `token_embd_norm` was caught as a norm above.
+            return Role::Embedding;
+        }
+        if matches!(leaf_l.as_str(), "output" | "lm_head") || has("lm_head") {
+            return Role::Output;
+        }
+        return Role::Other;
+    }
+    // GGUF names inside `blk.N.`.
+    if leaf_l.starts_with("ffn_") {
+        if leaf_l.starts_with("ffn_gate_inp") || leaf_l.starts_with("ffn_exp_probs") {
+            return Role::Router;
+        }
+        if leaf_l.ends_with("_exps") {
+            return Role::Expert;
+        }
+        return Role::Ffn;
+    }
+    if leaf_l.starts_with("attn_") {
+        return Role::Attention;
+    }
+    if leaf_l.starts_with("ssm_")
+        || leaf_l.starts_with("time_mix")
+        || leaf_l.starts_with("channel_mix")
+        || leaf_l.starts_with("shortconv")
+    {
+        return Role::Recurrent;
+    }
+    // Hugging Face names inside `layers.N.`.
+    if has("experts") {
+        return Role::Expert;
+    }
+    if has("shared_expert") || has("shared_experts") || has("shared_mlp") {
+        return if leaf_l.contains("gate") && !leaf_l.contains("proj") {
+            Role::Router
+        } else {
+            Role::Ffn
+        };
+    }
+    if (has("block_sparse_moe") || has("mlp") || has("moe"))
+        && matches!(leaf_l.as_str(), "gate" | "router" | "e_score_correction_bias")
+    {
+        return Role::Router;
+    }
+    if has("router") {
+        return Role::Router;
+    }
+    if has("mixer") || has("linear_attn") || has("mamba") || has("ssm") {
+        return Role::Recurrent;
+    }
+    if has("self_attn") || has("attention") || has("attn") || has("cross_attn") {
+        return Role::Attention;
+    }
+    if has("mlp") || has("feed_forward") || has("ffn") || has("block_sparse_moe") {
+        return Role::Ffn;
+    }
+    Role::Other
+}
+
+/// Completes a [`ModelSpec`] from its tensors and hyper-parameters: per-layer totals, quantization mix, which
+/// layers hold experts or recurrent state, tied embeddings, and the fingerprint.
+#[allow(clippy::too_many_arguments)]
+pub fn assemble(
+    format: Format,
+    gguf_version: Option<u32>,
+    big_endian: bool,
+    architecture: String,
+    name: Option<String>,
+    file_type: Option<(u32, Option<&'static str>)>,
+    type_reading: Option<super::TypeReading>,
+    mut hparams: Hparams,
+    files: Vec<ModelFile>,
+    tensors: Vec<TensorInfo>,
+    metadata: BTreeMap<String, MetaValue>,
+) -> ModelSpec {
+    let max_layer = tensors.iter().filter_map(|t| t.layer).max();
+    let n_layers = hparams
+        .block_count
+        .unwrap_or(0)
+        .max(max_layer.map_or(0, |l| u64::from(l) + 1));
+    // Bounded by the tensor count: a layer index comes from a tensor name, and block_count from metadata is only
+    // trusted up to the layers that hold tensors plus the declared count (checked by the readers).
+    let n_layers = usize::try_from(n_layers).unwrap_or(usize::MAX);
+    let n_layers = n_layers.min(tensors.len().max(hparams.block_count.unwrap_or(0) as usize));
+    let mut layers: Vec<LayerSummary> = (0..n_layers)
+        .map(|i| LayerSummary {
+            index: i as u32,
+            bytes: 0,
+            parameters: 0,
+            tensor_count: 0,
+        })
+        .collect();
+    let mut expert_layers = vec![false; n_layers];
+    let mut recurrent_layers = vec![false; n_layers];
+    let mut mix: BTreeMap<super::Dtype, QuantShare> = BTreeMap::new();
+    for t in &tensors {
+        if let Some(l) = t.layer.map(|l| l as usize)
+            && let Some(s) = layers.get_mut(l)
+        {
+            s.bytes += t.bytes;
+            s.parameters += t.parameters;
+            s.tensor_count += 1;
+            match t.role {
+                Role::Expert => expert_layers[l] = true,
+                Role::Recurrent => recurrent_layers[l] = true,
+                _ => {}
+            }
+        }
+        let e = mix.entry(t.dtype).or_insert(QuantShare {
+            dtype: t.dtype,
+            tensor_count: 0,
+            bytes: 0,
+            parameters: 0,
+        });
+        e.tensor_count += 1;
+        e.bytes += t.bytes;
+        e.parameters += t.parameters;
+    }
+    if expert_layers.iter().any(|&b| b) {
+        hparams.expert_layers = expert_layers;
+    }
+    if recurrent_layers.iter().any(|&b| b) {
+        hparams.recurrent_layers = recurrent_layers;
+    }
+    hparams.tied_embeddings = !tensors.iter().any(|t| t.role == Role::Output)
+        && tensors.iter().any(|t| t.role == Role::Embedding);
+    let mut quant_mix: Vec<QuantShare> = mix.into_values().collect();
+    quant_mix.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.dtype.cmp(&b.dtype)));
+    let fingerprint = fingerprint(format, &architecture, &hparams, &metadata, &tensors);
+    ModelSpec {
+        format,
+        gguf_version,
+        big_endian,
+        architecture,
+        name,
+        file_type: file_type.map(|f| f.0),
+        file_type_name: file_type.and_then(|f| f.1),
+        type_reading,
+        hparams,
+        files,
+        tensors,
+        layers,
+        quant_mix,
+        metadata,
+        fingerprint,
+    }
+}
+
+/// Metadata keys that describe the file layout, not the model, and so stay out of the fingerprint.
+fn is_layout_key(key: &str) -> bool {
+    key.starts_with("split.") || key == "general.alignment"
+}
+
+/// A SHA-256 over what identifies the model: format, architecture, hyper-parameters, metadata (GGUF; without the
+/// split and alignment keys that only describe the layout, and with skipped arrays by type, count and size, not
+/// position), and every tensor's name, type and shape, sorted by name. The same model therefore has the same
+/// fingerprint whatever its path or shard layout. Tensor data is never read, so two files whose headers agree but
+/// whose weights differ share a fingerprint; the header-only contract of the readers makes that the trade-off.
+pub fn fingerprint(
+    format: Format,
+    architecture: &str,
+    hparams: &Hparams,
+    metadata: &BTreeMap<String, MetaValue>,
+    tensors: &[TensorInfo],
+) -> String {
+    let mut h = Sha256::new();
+    h.update(b"optimizer-fingerprint-v1\0");
+    h.update(serde_json::to_string(&format).unwrap_or_default().as_bytes());
+    h.update(b"\0");
+    h.update(architecture.as_bytes());
+    h.update(b"\0");
+    h.update(serde_json::to_string(hparams).unwrap_or_default().as_bytes());
+    h.update(b"\0");
+    if format == Format::Gguf {
+        for (k, v) in metadata.iter().filter(|(k, _)| !is_layout_key(k)) {
+            h.update(k.as_bytes());
+            h.update(b"=");
+            hash_meta(&mut h, v);
+            h.update(b"\0");
+        }
+    }
+    let mut order: Vec<&TensorInfo> = tensors.iter().collect();
+    order.sort_by(|a, b| a.name.cmp(&b.name));
+    for t in order {
+        h.update(t.name.as_bytes());
+        h.update(b":");
+        h.update(t.dtype.name().as_bytes());
+        for d in &t.shape {
+            h.update(b",");
+            h.update(d.to_le_bytes());
+        }
+        h.update(b"\0");
+    }
+    let digest = h.finalize();
+    let mut s = String::with_capacity(64);
+    for b in digest.iter() {
+        use std::fmt::Write;
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn hash_meta(h: &mut Sha256, v: &MetaValue) {
+    match v {
+        MetaValue::SkippedArray {
+            element_type,
+            count,
+            bytes,
+            ..
+        } => {
+            h.update(format!("skipped[{element_type};{count};{bytes}]").as_bytes());
+        }
+        MetaValue::SkippedString { len, .. } => h.update(format!("skipped-string[{len}]").as_bytes()),
+        MetaValue::Array(items) => {
+            h.update(b"[");
+            for i in items {
+                hash_meta(h, i);
+                h.update(b",");
+            }
+            h.update(b"]");
+        }
+        other => {
+            h.update(other.type_name().as_bytes());
+            h.update(b":");
+            h.update(serde_json::to_string(other).unwrap_or_default().as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gguf_names_get_roles_and_layers() {
+        let cases: &[(&str, Role, Option<u32>)] = &[
+            ("token_embd.weight", Role::Embedding, None),
+            ("token_embd_norm.weight", Role::Norm, None),
+            ("output.weight", Role::Output, None),
+            ("output_norm.weight", Role::Norm, None),
+            ("blk.0.attn_q.weight", Role::Attention, Some(0)),
+            ("blk.12.attn_q.bias", Role::Attention, Some(12)),
+            ("blk.3.attn_kv_a_mqa.weight", Role::Attention, Some(3)),
+            ("blk.3.attn_norm.weight", Role::Norm, Some(3)),
+            ("blk.3.post_ffw_norm.weight", Role::Norm, Some(3)),
+            ("blk.7.ffn_up.weight", Role::Ffn, Some(7)),
+            ("blk.7.ffn_up_shexp.weight", Role::Ffn, Some(7)),
+            ("blk.7.ffn_gate_exps.weight", Role::Expert, Some(7)),
+            ("blk.7.ffn_gate_inp.weight", Role::Router, Some(7)),
+            ("blk.1.ssm_conv1d.weight", Role::Recurrent, Some(1)),
+            ("blk.1.ssm_a", Role::Recurrent, Some(1)),
+            ("rope_freqs.weight", Role::Other, None),
+        ];
+        for (name, role, layer) in cases {
+            assert_eq!(classify_tensor(name), (*role, *layer), "{name}");
+        }
+    }
+
+    #[test]
+    fn hugging_face_names_get_roles_and_layers() {
+        let cases: &[(&str, Role, Option<u32>)] = &[
+            ("model.embed_tokens.weight", Role::Embedding, None),
+            ("lm_head.weight", Role::Output, None),
+            ("model.norm.weight", Role::Norm, None),
+            ("model.layers.4.self_attn.q_proj.weight", Role::Attention, Some(4)),
+            ("model.layers.4.self_attn.q_proj.qweight", Role::Attention, Some(4)),
+            ("model.layers.4.self_attn.q_proj.qzeros", Role::QuantState, Some(4)),
+            ("model.layers.4.self_attn.q_proj.weight_scale_inv", Role::QuantState, Some(4)),
+            ("model.layers.4.self_attn.k_norm.weight", Role::Norm, Some(4)),
+            ("model.layers.4.input_layernorm.weight", Role::Norm, Some(4)),
+            ("model.layers.4.mlp.down_proj.weight", Role::Ffn, Some(4)),
+            ("model.layers.4.mlp.gate.weight", Role::Router, Some(4)),
+            ("model.layers.4.mlp.experts.17.down_proj.weight", Role::Expert, Some(4)),
+            ("model.layers.4.block_sparse_moe.gate.weight", Role::Router, Some(4)),
+            ("model.layers.4.block_sparse_moe.experts.3.w1.weight", Role::Expert, Some(4)),
+            ("model.layers.4.mlp.shared_expert.up_proj.weight", Role::Ffn, Some(4)),
+            ("model.layers.4.mlp.shared_expert_gate.weight", Role::Ffn, Some(4)),
+            ("backbone.layers.2.mixer.in_proj.weight", Role::Recurrent, Some(2)),
+            ("transformer.h.5.attn.c_attn.weight", Role::Attention, Some(5)),
+        ];
+        for (name, role, layer) in cases {
+            assert_eq!(classify_tensor(name), (*role, *layer), "{name}");
+        }
+    }
+}
