@@ -33,9 +33,9 @@ use super::{
 /// Metadata entries per file. Published models carry 20–60; 65,536 leaves three orders of magnitude of room
 /// while bounding the key table to a few MiB.
 pub const MAX_KV: u64 = 65_536;
-/// Tensors per file. The largest published GGUF files (DeepSeek-V3/R1, Llama-3.1-405B) hold about 1,100; the
-/// limit bounds the tensor table to about 20 MiB even with 63-byte names.
-pub const MAX_TENSORS: u64 = 131_072;
+/// Tensors per file. The largest published GGUF files (DeepSeek-V3/R1, Llama-3.1-405B) hold about 1,100; 60×
+/// that bounds the tensor table, with 63-byte names, to about 20 MiB, inside the 64 MiB peak-memory budget.
+pub const MAX_TENSORS: u64 = 65_536;
 /// Metadata key length: the GGUF spec caps keys at 65,535 bytes.
 pub const MAX_KEY_LEN: u64 = 65_535;
 /// Strings up to this length are kept in memory; longer ones (none in published models but chat templates,
@@ -53,6 +53,10 @@ pub const MAX_ARRAY_DEPTH: u32 = 3;
 /// Heap spent on materialized metadata per file; past it further values are skipped like long arrays, so a
 /// hostile header cannot make the reader allocate more than this however its counts are set.
 pub const MAX_METADATA_HEAP: u64 = 16 << 20;
+/// Heap spent on metadata keys per file (each key is kept twice: in the table and in the duplicate check).
+/// Keys cannot be skipped like values, so a header whose keys exceed this is refused; published models use
+/// about 3 KiB.
+pub const MAX_KEY_HEAP: u64 = 8 << 20;
 /// ggml's `GGML_MAX_NAME` is 64 bytes including the terminating NUL.
 pub const MAX_TENSOR_NAME: u64 = 63;
 /// ggml's `GGML_MAX_DIMS`.
@@ -129,13 +133,21 @@ mod vt {
 #[derive(Debug, Clone)]
 pub struct RawTensor {
     pub name: String,
-    /// ggml `ne[]`, innermost first.
-    pub ne: Vec<u64>,
+    /// ggml `ne[]`, innermost first; only the first `n_dims` entries are meaningful (see [`RawTensor::ne`]).
+    pub dims: [u64; MAX_DIMS as usize],
+    pub n_dims: u8,
     pub type_id: u32,
     /// Offset relative to the data section.
     pub offset: u64,
     /// Byte offset of this record in the file, for messages.
     pub record_offset: u64,
+}
+
+impl RawTensor {
+    /// ggml `ne[]`, innermost first.
+    pub fn ne(&self) -> &[u64] {
+        &self.dims[..usize::from(self.n_dims)]
+    }
 }
 
 /// The header of one GGUF file.
@@ -164,6 +176,7 @@ struct Reader<R> {
     len: u64,
     big: bool,
     heap_left: u64,
+    key_heap_left: u64,
 }
 
 type Res<T> = Result<T, (u64, Defect)>;
@@ -397,20 +410,80 @@ impl<R: BufRead + Seek> Reader<R> {
             }
             return Ok(MetaValue::Array(items));
         }
-        match vt::fixed_size(et) {
-            Some(size) if et != vt::BOOL => self.skip(count * size)?,
-            _ => {
-                for _ in 0..count {
-                    self.skip_value(key, et, depth + 1)?;
-                }
-            }
-        }
+        self.skip_elements(key, et, count, depth)?;
         Ok(MetaValue::SkippedArray {
             element_type: vt::name(et),
             count,
             offset: start,
             bytes: self.pos - start,
         })
+    }
+
+    /// Walks past `count` array elements of type `et`: fixed-size elements in one seek, strings straight from
+    /// the read buffer (the hot path of a 128k-token vocabulary), anything else one by one.
+    fn skip_elements(&mut self, key: &str, et: u32, count: u64, depth: u32) -> Res<()> {
+        match vt::fixed_size(et) {
+            // `count * size` cannot overflow: `fits` checked count * min_size <= remaining bytes.
+            Some(size) if et != vt::BOOL => self.skip(count * size),
+            _ if et == vt::STRING => self.skip_strings(key, count, depth),
+            _ => {
+                for _ in 0..count {
+                    self.skip_value(key, et, depth + 1)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn skip_strings(&mut self, key: &str, mut count: u64, depth: u32) -> Res<()> {
+        while count > 0 {
+            let (pos, big) = (self.pos, self.big);
+            let limit = usize::try_from(self.remaining()).unwrap_or(usize::MAX);
+            let (consumed, skipped) = {
+                let buf = match self.inner.fill_buf() {
+                    Ok(b) => b,
+                    Err(e) => return Err((pos, Defect::ReadFailed(e.to_string()))),
+                };
+                let buf = &buf[..buf.len().min(limit)];
+                let mut i = 0usize;
+                let mut n = 0u64;
+                while n < count && i + 8 <= buf.len() {
+                    let mut lb = [0u8; 8];
+                    lb.copy_from_slice(&buf[i..i + 8]);
+                    let len = if big {
+                        u64::from_be_bytes(lb)
+                    } else {
+                        u64::from_le_bytes(lb)
+                    };
+                    if len > MAX_STRING_LEN {
+                        return Err((
+                            pos + i as u64,
+                            Defect::StringTooLong {
+                                len,
+                                limit: MAX_STRING_LEN,
+                            },
+                        ));
+                    }
+                    let end = i + 8 + len as usize;
+                    if end > buf.len() {
+                        break;
+                    }
+                    i = end;
+                    n += 1;
+                }
+                (i, n)
+            };
+            if skipped == 0 {
+                // The next string straddles the buffer's end (or the file ends): take the general path once.
+                self.skip_value(key, vt::STRING, depth + 1)?;
+                count -= 1;
+            } else {
+                self.inner.consume(consumed);
+                self.pos += consumed as u64;
+                count -= skipped;
+            }
+        }
+        Ok(())
     }
 
     /// Walks past a value without keeping it, validating what the engine would validate.
@@ -472,15 +545,7 @@ impl<R: BufRead + Seek> Reader<R> {
                     ));
                 }
                 self.fits("array", count, min)?;
-                match vt::fixed_size(et) {
-                    Some(size) if et != vt::BOOL => self.skip(count * size),
-                    _ => {
-                        for _ in 0..count {
-                            self.skip_value(key, et, depth + 1)?;
-                        }
-                        Ok(())
-                    }
-                }
+                self.skip_elements(key, et, count, depth)
             }
             _ => match vt::fixed_size(t) {
                 Some(size) => self.skip(size),
@@ -504,6 +569,7 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
         len,
         big: false,
         heap_left: MAX_METADATA_HEAP,
+        key_heap_left: MAX_KEY_HEAP,
     };
     let magic = r.array::<4>()?;
     if &magic != b"GGUF" {
@@ -566,16 +632,18 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
             return Err((at, Defect::EmptyKey));
         }
         let key = r.string_of(len)?;
-        if !r.charge(2 * len + 2 * VALUE_HEAP_BYTES) {
+        let key_cost = 2 * (len + VALUE_HEAP_BYTES);
+        if key_cost > r.key_heap_left {
             return Err((
                 at,
                 Defect::TooMany {
-                    what: "metadata heap byte",
-                    count: MAX_METADATA_HEAP - r.heap_left + 2 * len,
-                    limit: MAX_METADATA_HEAP,
+                    what: "metadata key heap byte",
+                    count: MAX_KEY_HEAP - r.key_heap_left + key_cost,
+                    limit: MAX_KEY_HEAP,
                 },
             ));
         }
+        r.key_heap_left -= key_cost;
         if keys.contains(&key) {
             return Err((at, Defect::DuplicateKey(key)));
         }
@@ -610,7 +678,6 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
 
     r.fits("tensor info", n_tensors, MIN_TENSOR_INFO_BYTES)?;
     let mut tensors = Vec::with_capacity(n_tensors as usize);
-    let mut names: HashSet<String> = HashSet::with_capacity(n_tensors as usize);
     for _ in 0..n_tensors {
         let record_offset = r.pos;
         let len = r.u64()?;
@@ -639,7 +706,7 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
                 },
             ));
         }
-        let mut ne = Vec::with_capacity(n_dims as usize);
+        let mut dims = [1u64; MAX_DIMS as usize];
         for dim in 0..n_dims as usize {
             let at = r.pos;
             let d = r.u64()?;
@@ -654,22 +721,36 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
                     },
                 ));
             }
-            ne.push(d);
+            dims[dim] = d;
         }
         let type_id = r.u32()?;
         let offset = r.u64()?;
-        if names.contains(&name) {
-            return Err((record_offset, Defect::DuplicateTensor(name)));
-        }
-        names.insert(name.clone());
         tensors.push(RawTensor {
             name,
-            ne,
+            dims,
+            n_dims: n_dims as u8,
             type_id,
             offset,
             record_offset,
         });
     }
+    // Duplicate names, found by sorting references rather than hashing copies: 16 bytes per tensor.
+    let mut order: Vec<(&str, usize)> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    order.sort_unstable();
+    if let Some(dup) = order
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .map(|w| w[1].1)
+        .min()
+    {
+        let t = &tensors[dup];
+        return Err((t.record_offset, Defect::DuplicateTensor(t.name.clone())));
+    }
+    drop(order);
     let data_offset = r
         .pos
         .checked_next_multiple_of(alignment)
@@ -740,7 +821,7 @@ fn resolve_types(
                     },
                 ));
             };
-            let ne0 = t.ne.first().copied().unwrap_or(1);
+            let ne0 = t.ne().first().copied().unwrap_or(1);
             let block = ty.block_elements();
             if ne0 % block != 0 {
                 return Err((
@@ -753,7 +834,7 @@ fn resolve_types(
                     },
                 ));
             }
-            let bytes = ty.tensor_bytes(&t.ne).ok_or_else(|| {
+            let bytes = ty.tensor_bytes(t.ne()).ok_or_else(|| {
                 (
                     t.record_offset,
                     Defect::SizeOverflow {
@@ -917,6 +998,20 @@ fn split_err(path: &Path, msg: String) -> ModelError {
     }
 }
 
+/// Reads a single-file GGUF model from memory; `path` only names it in messages. The fuzz target and the
+/// truncation tests use this: it runs every check [`load`] runs on one file.
+pub fn load_bytes(bytes: &[u8], path: &Path) -> Result<ModelSpec, ModelError> {
+    let header = parse_header_bytes(bytes).map_err(|(offset, defect)| ModelError::Invalid {
+        path: path.to_path_buf(),
+        offset,
+        defect,
+    })?;
+    let paths = [path.to_path_buf()];
+    let headers = vec![header];
+    check_split(&paths, &headers)?;
+    build_spec(&paths, headers)
+}
+
 /// Reads a GGUF model from any of its files: a single file, or any shard of a split model, in which case every
 /// shard's header is read and checked and one model is presented.
 pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
@@ -968,7 +1063,7 @@ pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
         }
     };
     check_split(&paths, &headers)?;
-    build_spec(&paths, &headers)
+    build_spec(&paths, headers)
 }
 
 fn check_split(paths: &[PathBuf], headers: &[Header]) -> Result<(), ModelError> {
@@ -1016,28 +1111,32 @@ fn check_split(paths: &[PathBuf], headers: &[Header]) -> Result<(), ModelError> 
     Ok(())
 }
 
-fn build_spec(paths: &[PathBuf], headers: &[Header]) -> Result<ModelSpec, ModelError> {
-    let (reading, sizes) = resolve_model_types(paths, headers)?;
-    let first = &headers[0];
-    let architecture = meta_str(headers, "general.architecture")
+/// Assembles the model, consuming the headers so tensor names and metadata move rather than copy (the peak
+/// memory of a 65,536-tensor header stays one tensor table, not two).
+fn build_spec(paths: &[PathBuf], headers: Vec<Header>) -> Result<ModelSpec, ModelError> {
+    let (reading, sizes) = resolve_model_types(paths, &headers)?;
+    let (version, big_endian) = (headers[0].version, headers[0].big_endian);
+    let architecture = meta_str(&headers, "general.architecture")
         .unwrap_or("unknown")
         .to_string();
     let mut tensors = Vec::with_capacity(headers.iter().map(|h| h.tensors.len()).sum());
     let mut files = Vec::with_capacity(headers.len());
-    for (i, (h, sizes)) in headers.iter().zip(&sizes).enumerate() {
+    let mut metadata = BTreeMap::new();
+    for (i, (h, sizes)) in headers.into_iter().zip(&sizes).enumerate() {
         files.push(ModelFile {
             path: paths[i].clone(),
             bytes: h.file_bytes,
             tensor_count: h.tensors.len() as u64,
         });
-        for (t, &(ty, bytes)) in h.tensors.iter().zip(sizes) {
+        for (t, &(ty, bytes)) in h.tensors.into_iter().zip(sizes) {
             let (role, layer) = classify_tensor(&t.name);
-            // `checked_mul` cannot fail here: the byte size, which is at least elements × bits / 8 for every
-            // type, was computed without overflow; saturate rather than trust that silently.
-            let elements = t.ne.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            // Cannot saturate: the byte size, at least elements × bits / 8 for every type, was computed without
+            // overflow; saturating keeps that an invariant rather than a panic.
+            let elements = t.ne().iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            let shape = t.ne().iter().rev().copied().collect();
             tensors.push(TensorInfo {
-                name: t.name.clone(),
-                shape: t.ne.iter().rev().copied().collect(),
+                name: t.name,
+                shape,
                 dtype: Dtype::Ggml(ty),
                 bytes,
                 elements,
@@ -1049,11 +1148,9 @@ fn build_spec(paths: &[PathBuf], headers: &[Header]) -> Result<ModelSpec, ModelE
                 offset: h.data_offset + t.offset,
             });
         }
-    }
-    let mut metadata = BTreeMap::new();
-    for h in headers {
-        for (k, v) in &h.metadata {
-            metadata.entry(k.clone()).or_insert_with(|| v.clone());
+        // Shard 1 carries the model's metadata; later shards repeat only the split keys.
+        for (k, v) in h.metadata {
+            metadata.entry(k).or_insert(v);
         }
     }
     let hparams = hparams_from_metadata(&architecture, &metadata, &tensors);
@@ -1068,8 +1165,8 @@ fn build_spec(paths: &[PathBuf], headers: &[Header]) -> Result<ModelSpec, ModelE
         .map(str::to_string);
     Ok(super::assemble(
         Format::Gguf,
-        Some(first.version),
-        first.big_endian,
+        Some(version),
+        big_endian,
         architecture,
         name,
         file_type,

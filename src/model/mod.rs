@@ -12,6 +12,7 @@
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;
+pub mod gguf_builder;
 pub mod hf_config;
 pub mod safetensors;
 mod spec;

@@ -1,0 +1,358 @@
+//! A minimal GGUF header writer for tests, benchmarks and fuzz seeds: crafted files with exact control over
+//! every field, including invalid ones. Fixtures meant to prove the reader right are written by the official
+//! `gguf` Python package instead (tests/fixtures/generate.py); this builder exists to write what that package
+//! refuses to write (bad offsets, unknown types, hostile counts) and to build large headers at bench time.
+
+/// GGUF value type ids (`enum gguf_type`).
+pub mod value_type {
+    pub const UINT8: u32 = 0;
+    pub const INT8: u32 = 1;
+    pub const UINT16: u32 = 2;
+    pub const INT16: u32 = 3;
+    pub const UINT32: u32 = 4;
+    pub const INT32: u32 = 5;
+    pub const FLOAT32: u32 = 6;
+    pub const BOOL: u32 = 7;
+    pub const STRING: u32 = 8;
+    pub const ARRAY: u32 = 9;
+    pub const UINT64: u32 = 10;
+    pub const INT64: u32 = 11;
+    pub const FLOAT64: u32 = 12;
+}
+
+/// One tensor-info record to write.
+#[derive(Debug, Clone)]
+pub struct TensorRecord {
+    pub name: String,
+    /// ggml `ne[]`, innermost first.
+    pub ne: Vec<u64>,
+    pub type_id: u32,
+    /// Data bytes; used to place the next tensor when offsets are computed.
+    pub bytes: u64,
+    /// Explicit offset; `None` places the tensor right after the previous one, padded to the alignment.
+    pub offset: Option<u64>,
+}
+
+/// Builds a GGUF file image: header, tensor infos, padding and (optionally) zero-filled data.
+#[derive(Debug, Clone)]
+pub struct GgufBuilder {
+    pub big_endian: bool,
+    pub version: u32,
+    pub alignment: u64,
+    kv: Vec<u8>,
+    n_kv: u64,
+    /// Overrides the written counts (to forge hostile headers).
+    pub n_kv_override: Option<u64>,
+    pub n_tensors_override: Option<u64>,
+    pub tensors: Vec<TensorRecord>,
+}
+
+impl Default for GgufBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GgufBuilder {
+    pub fn new() -> Self {
+        GgufBuilder {
+            big_endian: false,
+            version: 3,
+            alignment: 32,
+            kv: Vec::new(),
+            n_kv: 0,
+            n_kv_override: None,
+            n_tensors_override: None,
+            tensors: Vec::new(),
+        }
+    }
+
+    fn u32b(&self, v: u32) -> [u8; 4] {
+        if self.big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    }
+
+    fn u64b(&self, v: u64) -> [u8; 8] {
+        if self.big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    }
+
+    /// Encodes a string (u64 length + bytes).
+    pub fn string_bytes(&self, s: &[u8]) -> Vec<u8> {
+        let mut v = self.u64b(s.len() as u64).to_vec();
+        v.extend_from_slice(s);
+        v
+    }
+
+    /// Adds a key with a value type and its already-encoded value bytes.
+    pub fn kv_raw(&mut self, key: &[u8], type_id: u32, value: &[u8]) -> &mut Self {
+        let k = self.string_bytes(key);
+        self.kv.extend_from_slice(&k);
+        let t = self.u32b(type_id);
+        self.kv.extend_from_slice(&t);
+        self.kv.extend_from_slice(value);
+        self.n_kv += 1;
+        self
+    }
+
+    pub fn kv_u32(&mut self, key: &str, v: u32) -> &mut Self {
+        let b = self.u32b(v);
+        self.kv_raw(key.as_bytes(), value_type::UINT32, &b)
+    }
+
+    pub fn kv_u64(&mut self, key: &str, v: u64) -> &mut Self {
+        let b = self.u64b(v);
+        self.kv_raw(key.as_bytes(), value_type::UINT64, &b)
+    }
+
+    pub fn kv_u16(&mut self, key: &str, v: u16) -> &mut Self {
+        let b = if self.big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        };
+        self.kv_raw(key.as_bytes(), value_type::UINT16, &b)
+    }
+
+    pub fn kv_i32(&mut self, key: &str, v: i32) -> &mut Self {
+        let b = self.u32b(v as u32);
+        self.kv_raw(key.as_bytes(), value_type::INT32, &b)
+    }
+
+    pub fn kv_f32(&mut self, key: &str, v: f32) -> &mut Self {
+        let b = self.u32b(v.to_bits());
+        self.kv_raw(key.as_bytes(), value_type::FLOAT32, &b)
+    }
+
+    pub fn kv_str(&mut self, key: &str, v: &str) -> &mut Self {
+        let b = self.string_bytes(v.as_bytes());
+        self.kv_raw(key.as_bytes(), value_type::STRING, &b)
+    }
+
+    /// Array header: element type and count.
+    pub fn array_header(&self, element_type: u32, count: u64) -> Vec<u8> {
+        let mut v = self.u32b(element_type).to_vec();
+        v.extend_from_slice(&self.u64b(count));
+        v
+    }
+
+    pub fn kv_str_array<S: AsRef<[u8]>>(&mut self, key: &str, items: &[S]) -> &mut Self {
+        let mut v = self.array_header(value_type::STRING, items.len() as u64);
+        for s in items {
+            v.extend_from_slice(&self.string_bytes(s.as_ref()));
+        }
+        self.kv_raw(key.as_bytes(), value_type::ARRAY, &v)
+    }
+
+    pub fn kv_u32_array(&mut self, key: &str, items: &[u32]) -> &mut Self {
+        let mut v = self.array_header(value_type::UINT32, items.len() as u64);
+        for &x in items {
+            v.extend_from_slice(&self.u32b(x));
+        }
+        self.kv_raw(key.as_bytes(), value_type::ARRAY, &v)
+    }
+
+    pub fn kv_f32_array(&mut self, key: &str, items: &[f32]) -> &mut Self {
+        let mut v = self.array_header(value_type::FLOAT32, items.len() as u64);
+        for &x in items {
+            v.extend_from_slice(&self.u32b(x.to_bits()));
+        }
+        self.kv_raw(key.as_bytes(), value_type::ARRAY, &v)
+    }
+
+    /// Adds a tensor placed after the previous one.
+    pub fn tensor(&mut self, name: &str, ne: &[u64], type_id: u32, bytes: u64) -> &mut Self {
+        self.tensors.push(TensorRecord {
+            name: name.into(),
+            ne: ne.to_vec(),
+            type_id,
+            bytes,
+            offset: None,
+        });
+        self
+    }
+
+    /// Adds a tensor at an explicit offset (relative to the data section).
+    pub fn tensor_at(
+        &mut self,
+        name: &str,
+        ne: &[u64],
+        type_id: u32,
+        bytes: u64,
+        offset: u64,
+    ) -> &mut Self {
+        self.tensors.push(TensorRecord {
+            name: name.into(),
+            ne: ne.to_vec(),
+            type_id,
+            bytes,
+            offset: Some(offset),
+        });
+        self
+    }
+
+    /// The header image up to the start of the data section, and the data section's length.
+    pub fn build_header(&self) -> (Vec<u8>, u64) {
+        let mut out = b"GGUF".to_vec();
+        out.extend_from_slice(&self.u32b(self.version));
+        let n_tensors = self.n_tensors_override.unwrap_or(self.tensors.len() as u64);
+        out.extend_from_slice(&self.u64b(n_tensors));
+        out.extend_from_slice(&self.u64b(self.n_kv_override.unwrap_or(self.n_kv)));
+        out.extend_from_slice(&self.kv);
+        let mut next = 0u64;
+        let mut data_len = 0u64;
+        let align = self.alignment.max(1);
+        for t in &self.tensors {
+            out.extend_from_slice(&self.string_bytes(t.name.as_bytes()));
+            out.extend_from_slice(&self.u32b(t.ne.len() as u32));
+            for &d in &t.ne {
+                out.extend_from_slice(&self.u64b(d));
+            }
+            out.extend_from_slice(&self.u32b(t.type_id));
+            let offset = t.offset.unwrap_or(next);
+            out.extend_from_slice(&self.u64b(offset));
+            let end = offset.saturating_add(t.bytes);
+            data_len = data_len.max(end);
+            next = end.div_ceil(align).saturating_mul(align);
+        }
+        let pad = (align - out.len() as u64 % align) % align;
+        out.resize(out.len() + pad as usize, 0);
+        (out, data_len)
+    }
+
+    /// The whole file with zero-filled tensor data.
+    pub fn build(&self) -> Vec<u8> {
+        let (mut out, data_len) = self.build_header();
+        out.resize(out.len() + data_len as usize, 0);
+        out
+    }
+}
+
+/// Shape of a synthetic Llama-family model, for benchmarks and measurements that need a real-sized header.
+#[derive(Debug, Clone, Copy)]
+pub struct LlamaShape {
+    pub n_layer: u64,
+    pub n_embd: u64,
+    pub n_ff: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    pub n_vocab: u64,
+    pub n_merges: u64,
+    pub n_ctx_train: u64,
+}
+
+impl LlamaShape {
+    /// Llama-3.1-8B: 32 layers, 292 tensors (rope_freqs included), 128,256-token vocabulary, 280,147 merges.
+    pub const LLAMA3_8B: LlamaShape = LlamaShape {
+        n_layer: 32,
+        n_embd: 4096,
+        n_ff: 14336,
+        n_head: 32,
+        n_head_kv: 8,
+        n_vocab: 128_256,
+        n_merges: 280_147,
+        n_ctx_train: 8192,
+    };
+    /// Llama-3.1-70B: 80 layers, 724 tensors, same vocabulary.
+    pub const LLAMA3_70B: LlamaShape = LlamaShape {
+        n_layer: 80,
+        n_embd: 8192,
+        n_ff: 28672,
+        n_head: 64,
+        n_head_kv: 8,
+        n_vocab: 128_256,
+        n_merges: 280_147,
+        n_ctx_train: 8192,
+    };
+}
+
+/// Q4_K_M-style tensor types: Q4_K (id 12) everywhere but attn_v, ffn_down and output in Q6_K (id 14), norms
+/// in F32 (id 0). Sizes follow ggml's block geometry.
+fn q_bytes(type_id: u32, ne: &[u64]) -> u64 {
+    let (block, bytes) = match type_id {
+        0 => (1, 4),
+        12 => (256, 144),
+        14 => (256, 210),
+        _ => (1, 4),
+    };
+    ne[0] / block * bytes * ne[1..].iter().product::<u64>()
+}
+
+/// A Llama-3-shaped GGUF header (Q4_K_M mix, tokenizer with tokens, scores, types and merges) whose tensor
+/// data is meant to be a sparse hole: write [`GgufBuilder::build_header`] and extend the file to its full length.
+pub fn synthetic_llama(shape: LlamaShape) -> GgufBuilder {
+    let mut b = GgufBuilder::new();
+    let s = shape;
+    b.kv_str("general.architecture", "llama")
+        .kv_str("general.name", "synthetic llama")
+        .kv_u32("general.file_type", 15)
+        .kv_u32("llama.block_count", s.n_layer as u32)
+        .kv_u32("llama.context_length", s.n_ctx_train as u32)
+        .kv_u32("llama.embedding_length", s.n_embd as u32)
+        .kv_u32("llama.feed_forward_length", s.n_ff as u32)
+        .kv_u32("llama.attention.head_count", s.n_head as u32)
+        .kv_u32("llama.attention.head_count_kv", s.n_head_kv as u32)
+        .kv_f32("llama.rope.freq_base", 500_000.0)
+        .kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+        .kv_u32("llama.vocab_size", s.n_vocab as u32)
+        .kv_u32("llama.rope.dimension_count", (s.n_embd / s.n_head) as u32)
+        .kv_str("tokenizer.ggml.model", "gpt2")
+        .kv_str("tokenizer.ggml.pre", "llama-bpe");
+    // Token strings of realistic length (3–12 bytes), deterministic.
+    let tokens: Vec<String> = (0..s.n_vocab)
+        .map(|i| format!("tok{:0w$}", i, w = (i % 10) as usize))
+        .collect();
+    b.kv_str_array("tokenizer.ggml.tokens", &tokens);
+    let mut types = b.array_header(value_type::INT32, s.n_vocab);
+    for _ in 0..s.n_vocab {
+        types.extend_from_slice(&1i32.to_le_bytes());
+    }
+    b.kv_raw(b"tokenizer.ggml.token_type", value_type::ARRAY, &types);
+    let merges: Vec<String> = (0..s.n_merges)
+        .map(|i| format!("m{} e{}", i % 977, i / 977))
+        .collect();
+    b.kv_str_array("tokenizer.ggml.merges", &merges);
+    b.kv_u32("tokenizer.ggml.bos_token_id", 128_000)
+        .kv_u32("tokenizer.ggml.eos_token_id", 128_009);
+
+    let head_dim = s.n_embd / s.n_head;
+    let kv = head_dim * s.n_head_kv;
+    let mut t = |name: String, ne: &[u64], ty: u32| {
+        let bytes = q_bytes(ty, ne);
+        b.tensor(&name, ne, ty, bytes);
+    };
+    t("token_embd.weight".into(), &[s.n_embd, s.n_vocab], 12);
+    t("rope_freqs.weight".into(), &[head_dim / 2], 0);
+    for l in 0..s.n_layer {
+        t(format!("blk.{l}.attn_norm.weight"), &[s.n_embd], 0);
+        t(format!("blk.{l}.attn_q.weight"), &[s.n_embd, s.n_embd], 12);
+        t(format!("blk.{l}.attn_k.weight"), &[s.n_embd, kv], 12);
+        t(format!("blk.{l}.attn_v.weight"), &[s.n_embd, kv], 14);
+        t(format!("blk.{l}.attn_output.weight"), &[s.n_embd, s.n_embd], 12);
+        t(format!("blk.{l}.ffn_norm.weight"), &[s.n_embd], 0);
+        t(format!("blk.{l}.ffn_gate.weight"), &[s.n_embd, s.n_ff], 12);
+        t(format!("blk.{l}.ffn_up.weight"), &[s.n_embd, s.n_ff], 12);
+        t(format!("blk.{l}.ffn_down.weight"), &[s.n_ff, s.n_embd], 14);
+    }
+    t("output_norm.weight".into(), &[s.n_embd], 0);
+    t("output.weight".into(), &[s.n_embd, s.n_vocab], 14);
+    b
+}
+
+/// Writes `builder`'s header to `path` and extends the file to its full length without writing the data, so a
+/// 40 GiB model costs a few MiB of disk on file systems with sparse files.
+pub fn write_sparse(builder: &GgufBuilder, path: &std::path::Path) -> std::io::Result<u64> {
+    use std::io::Write;
+    let (header, data_len) = builder.build_header();
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(&header)?;
+    let total = header.len() as u64 + data_len;
+    f.set_len(total)?;
+    Ok(total)
+}
