@@ -384,7 +384,13 @@ fn table(m: &ModelSpec, with_tensors: bool) -> String {
     );
     row("fingerprint", m.fingerprint.clone());
     if with_tensors {
-        let w = m.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+        let w = m
+            .tensors
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
         let _ = writeln!(o);
         let _ = writeln!(
             o,

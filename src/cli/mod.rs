@@ -129,9 +129,14 @@ pub(crate) fn write_stdout(text: &str) -> Result<(), Failure> {
 }
 
 /// Renders a serializable value in a machine format.
-pub(crate) fn render<T: serde::Serialize>(value: &T, format: OutputFormat) -> Result<String, Failure> {
+pub(crate) fn render<T: serde::Serialize>(
+    value: &T,
+    format: OutputFormat,
+) -> Result<String, Failure> {
     let text = match format {
-        OutputFormat::Json => serde_json::to_string_pretty(value).map(|s| s + "\n").map_err(anyhow::Error::from),
+        OutputFormat::Json => serde_json::to_string_pretty(value)
+            .map(|s| s + "\n")
+            .map_err(anyhow::Error::from),
         OutputFormat::Yaml | OutputFormat::Table => {
             serde_yaml_ng::to_string(value).map_err(anyhow::Error::from)
         }
@@ -161,7 +166,11 @@ pub fn main() -> ExitCode {
     let raw = match RawArgs::try_parse() {
         Ok(raw) => raw,
         Err(e) => {
-            let code = if e.use_stderr() { exit::USAGE } else { exit::SUCCESS };
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::SUCCESS
+            };
             let _ = e.print();
             return ExitCode::from(code);
         }

@@ -28,7 +28,9 @@ impl ModelError {
     pub fn defect(&self) -> Option<&Defect> {
         match self {
             ModelError::Io { .. } => None,
-            ModelError::Invalid { defect, .. } | ModelError::InvalidModel { defect, .. } => Some(defect),
+            ModelError::Invalid { defect, .. } | ModelError::InvalidModel { defect, .. } => {
+                Some(defect)
+            }
         }
     }
 
@@ -48,7 +50,9 @@ pub enum Defect {
     Truncated { needed: u64, available: u64 },
     #[error("not a GGUF file: magic is {found:02x?}, expected \"GGUF\"")]
     BadMagic { found: [u8; 4] },
-    #[error("GGUF version 1 is not supported (llama.cpp dropped it in 2023); convert the model again")]
+    #[error(
+        "GGUF version 1 is not supported (llama.cpp dropped it in 2023); convert the model again"
+    )]
     VersionOne,
     #[error("unknown GGUF version {0}: this reader knows versions 2 and 3")]
     UnknownVersion(u32),
@@ -58,7 +62,9 @@ pub enum Defect {
         count: u64,
         limit: u64,
     },
-    #[error("{what} declares {count} entries of at least {min_bytes} bytes each, more than the {available} bytes left")]
+    #[error(
+        "{what} declares {count} entries of at least {min_bytes} bytes each, more than the {available} bytes left"
+    )]
     CountExceedsFile {
         what: &'static str,
         count: u64,
@@ -93,17 +99,29 @@ pub enum Defect {
     EmptyTensorName,
     #[error("duplicate tensor name {0:?}")]
     DuplicateTensor(String),
-    #[error("tensor {name:?} has {n_dims} dimensions, more than ggml's {limit}")]
-    TooManyDims { name: String, n_dims: u32, limit: u32 },
+    #[error("tensor {name:?} has {n_dims} dimensions, more than the format's limit of {limit}")]
+    TooManyDims {
+        name: String,
+        n_dims: u32,
+        limit: u32,
+    },
     #[error("tensor {name:?} dimension {dim} is {value}, beyond int64")]
-    DimTooLarge { name: String, dim: usize, value: u64 },
-    #[error("tensor {name:?} has type id {type_id}, which is unknown or removed from GGUF ({reading} reading)")]
+    DimTooLarge {
+        name: String,
+        dim: usize,
+        value: u64,
+    },
+    #[error(
+        "tensor {name:?} has type id {type_id}, which is unknown or removed from GGUF ({reading} reading)"
+    )]
     UnknownTensorType {
         name: String,
         type_id: u32,
         reading: &'static str,
     },
-    #[error("tensor {name:?} of type {type_name}: row length {ne0} is not a multiple of the block size {block}")]
+    #[error(
+        "tensor {name:?} of type {type_name}: row length {ne0} is not a multiple of the block size {block}"
+    )]
     PartialBlock {
         name: String,
         type_name: &'static str,
@@ -118,26 +136,34 @@ pub enum Defect {
         offset: u64,
         alignment: u64,
     },
-    #[error("tensor {name:?}: offset {offset} overlaps or precedes the previous tensor, which ends at {previous_end}")]
+    #[error(
+        "tensor {name:?}: offset {offset} overlaps or precedes the previous tensor, which ends at {previous_end}"
+    )]
     OverlappingTensor {
         name: String,
         offset: u64,
         previous_end: u64,
     },
-    #[error("tensor {name:?}: offset {offset} leaves a gap after the previous tensor (expected {expected}); ggml requires tensors packed in table order")]
+    #[error(
+        "tensor {name:?}: offset {offset} leaves a gap after the previous tensor (expected {expected}); ggml requires tensors packed in table order"
+    )]
     TensorGap {
         name: String,
         offset: u64,
         expected: u64,
     },
-    #[error("tensor {name:?}: data [{start}, {end}) extends beyond the end of the file ({file_bytes} bytes)")]
+    #[error(
+        "tensor {name:?}: data [{start}, {end}) extends beyond the end of the file ({file_bytes} bytes)"
+    )]
     TensorOutOfFile {
         name: String,
         start: u64,
         end: u64,
         file_bytes: u64,
     },
-    #[error("tensor data section would start at byte {data_offset}, beyond the end of the file ({file_bytes} bytes)")]
+    #[error(
+        "tensor data section would start at byte {data_offset}, beyond the end of the file ({file_bytes} bytes)"
+    )]
     DataOutOfFile { data_offset: u64, file_bytes: u64 },
     #[error("split model: {0}")]
     Split(String),

@@ -61,7 +61,10 @@ pub enum GgmlType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
     /// `ne[0] / block_elements * block_bytes * ne[1] * ne[2] * ne[3]`; `ne[0]` must be a multiple of the block.
-    Blocks { block_elements: u64, block_bytes: u64 },
+    Blocks {
+        block_elements: u64,
+        block_bytes: u64,
+    },
     /// BitNet I2_S and TL1: `n_elements / 4 + 32` (fork `ggml_nbytes`, ggml.c L3472-3491).
     BitNet2Bit,
     /// BitNet TL2: `(ne0 - 256) * ne1 / 3 * 5 / 8 + 256 * ne1 / 2 * 4 / 8`, padded to 32, plus 32.
@@ -417,7 +420,10 @@ mod tests {
             Some(GgmlType::MXFP4)
         );
         assert_eq!(file_type_name(40, TypeReading::Bitnet), Some("MOSTLY_I2_S"));
-        assert_eq!(file_type_name(40, TypeReading::Upstream), Some("MOSTLY_Q1_0"));
+        assert_eq!(
+            file_type_name(40, TypeReading::Upstream),
+            Some("MOSTLY_Q1_0")
+        );
     }
 
     #[test]
@@ -436,7 +442,10 @@ mod tests {
 
     #[test]
     fn block_types_refuse_partial_rows_and_overflow() {
-        assert_eq!(GgmlType::Q4_K.tensor_bytes(&[4096, 4096]), Some(16 * 144 * 4096));
+        assert_eq!(
+            GgmlType::Q4_K.tensor_bytes(&[4096, 4096]),
+            Some(16 * 144 * 4096)
+        );
         assert_eq!(GgmlType::Q4_K.tensor_bytes(&[100, 2]), None);
         assert_eq!(GgmlType::F32.tensor_bytes(&[u64::MAX, 2]), None);
         assert_eq!(GgmlType::F32.tensor_bytes(&[]), Some(4));

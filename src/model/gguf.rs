@@ -401,8 +401,7 @@ impl<R: BufRead + Seek> Reader<R> {
         }
         self.fits("array", count, min)?;
         let start = self.pos;
-        let materialize =
-            count <= MAX_MATERIALIZED_ARRAY && self.charge(count * VALUE_HEAP_BYTES);
+        let materialize = count <= MAX_MATERIALIZED_ARRAY && self.charge(count * VALUE_HEAP_BYTES);
         if materialize {
             let mut items = Vec::with_capacity(count as usize);
             for _ in 0..count {
@@ -707,7 +706,7 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
             ));
         }
         let mut dims = [1u64; MAX_DIMS as usize];
-        for dim in 0..n_dims as usize {
+        for (dim, slot) in dims.iter_mut().enumerate().take(n_dims as usize) {
             let at = r.pos;
             let d = r.u64()?;
             // ggml reads dimensions as int64 and refuses negative ones.
@@ -721,7 +720,7 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
                     },
                 ));
             }
-            dims[dim] = d;
+            *slot = d;
         }
         let type_id = r.u32()?;
         let offset = r.u64()?;
@@ -751,13 +750,13 @@ pub fn parse_header<R: BufRead + Seek>(src: R, len: u64) -> Result<Header, (u64,
         return Err((t.record_offset, Defect::DuplicateTensor(t.name.clone())));
     }
     drop(order);
-    let data_offset = r
-        .pos
-        .checked_next_multiple_of(alignment)
-        .ok_or((r.pos, Defect::DataOutOfFile {
+    let data_offset = r.pos.checked_next_multiple_of(alignment).ok_or((
+        r.pos,
+        Defect::DataOutOfFile {
             data_offset: u64::MAX,
             file_bytes: len,
-        }))?;
+        },
+    ))?;
     if !tensors.is_empty() && data_offset > len {
         return Err((
             r.pos,
@@ -798,6 +797,9 @@ fn read_file_header(path: &Path) -> Result<Header, ModelError> {
         defect,
     })
 }
+
+/// Each tensor's resolved type and byte size, per shard.
+type ShardSizes = Vec<Vec<(GgmlType, u64)>>;
 
 /// Tensor types resolved under one reading, with each tensor's byte size.
 fn resolve_types(
@@ -889,7 +891,10 @@ fn check_layout(header: &Header, sizes: &[(GgmlType, u64)]) -> Result<(), (u64, 
                 },
             )
         };
-        let start = header.data_offset.checked_add(t.offset).ok_or_else(overflow)?;
+        let start = header
+            .data_offset
+            .checked_add(t.offset)
+            .ok_or_else(overflow)?;
         let end = start.checked_add(bytes).ok_or_else(overflow)?;
         if end > header.file_bytes {
             return Err((
@@ -921,7 +926,11 @@ fn preferred_reading(headers: &[Header]) -> TypeReading {
     if arch.to_ascii_lowercase().starts_with("bitnet") {
         return TypeReading::Bitnet;
     }
-    let ids = || headers.iter().flat_map(|h| h.tensors.iter().map(|t| t.type_id));
+    let ids = || {
+        headers
+            .iter()
+            .flat_map(|h| h.tensors.iter().map(|t| t.type_id))
+    };
     if ids().any(|id| id == 36 || id == 38) {
         return TypeReading::Bitnet;
     }
@@ -939,8 +948,9 @@ fn preferred_reading(headers: &[Header]) -> TypeReading {
 fn resolve_model_types(
     paths: &[PathBuf],
     headers: &[Header],
-) -> Result<(TypeReading, Vec<Vec<(GgmlType, u64)>>), ModelError> {
-    let try_reading = |reading| -> Result<Vec<Vec<(GgmlType, u64)>>, (usize, u64, Defect)> {
+) -> Result<(TypeReading, ShardSizes), ModelError> {
+    // Errors carry the shard index with the offset and defect.
+    let try_reading = |reading| -> Result<ShardSizes, (usize, u64, Defect)> {
         headers
             .iter()
             .enumerate()
@@ -1069,7 +1079,10 @@ pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
 fn check_split(paths: &[PathBuf], headers: &[Header]) -> Result<(), ModelError> {
     let n = headers.len() as u64;
     if n > MAX_SHARDS {
-        return Err(split_err(&paths[0], format!("{n} shards exceed {MAX_SHARDS}")));
+        return Err(split_err(
+            &paths[0],
+            format!("{n} shards exceed {MAX_SHARDS}"),
+        ));
     }
     let total: u64 = headers.iter().map(|h| h.tensors.len() as u64).sum();
     for (i, (p, h)) in paths.iter().zip(headers).enumerate() {
@@ -1078,7 +1091,10 @@ fn check_split(paths: &[PathBuf], headers: &[Header]) -> Result<(), ModelError> 
         {
             return Err(split_err(
                 p,
-                format!("split.no is {no} but the file is shard {} (split.no counts from 0)", i + 1),
+                format!(
+                    "split.no is {no} but the file is shard {} (split.no counts from 0)",
+                    i + 1
+                ),
             ));
         }
         if let Some(c) = h.get("split.count").and_then(MetaValue::as_u64)
@@ -1201,7 +1217,10 @@ fn hparams_from_metadata(
     let f = |k: &str| key(k).and_then(MetaValue::as_f64);
     let block_count = u("block_count");
     let vocab_size = u("vocab_size")
-        .or_else(|| m.get("tokenizer.ggml.tokens").and_then(MetaValue::array_len))
+        .or_else(|| {
+            m.get("tokenizer.ggml.tokens")
+                .and_then(MetaValue::array_len)
+        })
         .or_else(|| {
             tensors
                 .iter()
@@ -1276,7 +1295,9 @@ fn sliding_window_layers(
     if window.unwrap_or(0) == 0 {
         return Vec::new();
     }
-    let n = usize::try_from(n).unwrap_or(0).min(MAX_MATERIALIZED_ARRAY as usize);
+    let n = usize::try_from(n)
+        .unwrap_or(0)
+        .min(MAX_MATERIALIZED_ARRAY as usize);
     match m.get(&format!("{arch}.attention.sliding_window_pattern")) {
         Some(MetaValue::Array(items)) => items
             .iter()

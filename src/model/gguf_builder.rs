@@ -334,7 +334,11 @@ pub fn synthetic_llama(shape: LlamaShape) -> GgufBuilder {
         t(format!("blk.{l}.attn_q.weight"), &[s.n_embd, s.n_embd], 12);
         t(format!("blk.{l}.attn_k.weight"), &[s.n_embd, kv], 12);
         t(format!("blk.{l}.attn_v.weight"), &[s.n_embd, kv], 14);
-        t(format!("blk.{l}.attn_output.weight"), &[s.n_embd, s.n_embd], 12);
+        t(
+            format!("blk.{l}.attn_output.weight"),
+            &[s.n_embd, s.n_embd],
+            12,
+        );
         t(format!("blk.{l}.ffn_norm.weight"), &[s.n_embd], 0);
         t(format!("blk.{l}.ffn_gate.weight"), &[s.n_embd, s.n_ff], 12);
         t(format!("blk.{l}.ffn_up.weight"), &[s.n_embd, s.n_ff], 12);

@@ -135,7 +135,10 @@ pub enum MetaValue {
         bytes: u64,
     },
     /// A string longer than the inline limit, left in the file.
-    SkippedString { len: u64, offset: u64 },
+    SkippedString {
+        len: u64,
+        offset: u64,
+    },
 }
 
 impl MetaValue {

@@ -58,7 +58,10 @@ fn is_quant_state(lower: &str) -> bool {
         ".scb",
         ".weight_format",
     ];
-    SUFFIXES.iter().any(|s| lower.ends_with(s)) || lower.contains(".quant_state.")
+    // gpt-oss stores MXFP4 experts as `*_blocks` (the weights) and `*_scales` (their E8M0 scales).
+    SUFFIXES.iter().any(|s| lower.ends_with(s))
+        || lower.contains(".quant_state.")
+        || lower.ends_with("_scales")
 }
 
 fn role_of(lower: &str, segments: &[&str], leaf: &str, in_layer: bool) -> Role {
@@ -115,7 +118,10 @@ fn role_of(lower: &str, segments: &[&str], leaf: &str, in_layer: bool) -> Role {
         };
     }
     if (has("block_sparse_moe") || has("mlp") || has("moe"))
-        && matches!(leaf_l.as_str(), "gate" | "router" | "e_score_correction_bias")
+        && matches!(
+            leaf_l.as_str(),
+            "gate" | "router" | "e_score_correction_bias"
+        )
     {
         return Role::Router;
     }
@@ -242,11 +248,19 @@ pub fn fingerprint(
 ) -> String {
     let mut h = Sha256::new();
     h.update(b"optimizer-fingerprint-v1\0");
-    h.update(serde_json::to_string(&format).unwrap_or_default().as_bytes());
+    h.update(
+        serde_json::to_string(&format)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
     h.update(b"\0");
     h.update(architecture.as_bytes());
     h.update(b"\0");
-    h.update(serde_json::to_string(hparams).unwrap_or_default().as_bytes());
+    h.update(
+        serde_json::to_string(hparams)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
     h.update(b"\0");
     if format == Format::Gguf {
         for (k, v) in metadata.iter().filter(|(k, _)| !is_layout_key(k)) {
@@ -287,7 +301,9 @@ fn hash_meta(h: &mut Sha256, v: &MetaValue) {
         } => {
             h.update(format!("skipped[{element_type};{count};{bytes}]").as_bytes());
         }
-        MetaValue::SkippedString { len, .. } => h.update(format!("skipped-string[{len}]").as_bytes()),
+        MetaValue::SkippedString { len, .. } => {
+            h.update(format!("skipped-string[{len}]").as_bytes())
+        }
         MetaValue::Array(items) => {
             h.update(b"[");
             for i in items {
@@ -339,21 +355,79 @@ mod tests {
             ("model.embed_tokens.weight", Role::Embedding, None),
             ("lm_head.weight", Role::Output, None),
             ("model.norm.weight", Role::Norm, None),
-            ("model.layers.4.self_attn.q_proj.weight", Role::Attention, Some(4)),
-            ("model.layers.4.self_attn.q_proj.qweight", Role::Attention, Some(4)),
-            ("model.layers.4.self_attn.q_proj.qzeros", Role::QuantState, Some(4)),
-            ("model.layers.4.self_attn.q_proj.weight_scale_inv", Role::QuantState, Some(4)),
-            ("model.layers.4.self_attn.k_norm.weight", Role::Norm, Some(4)),
+            (
+                "model.layers.4.self_attn.q_proj.weight",
+                Role::Attention,
+                Some(4),
+            ),
+            (
+                "model.layers.4.self_attn.q_proj.qweight",
+                Role::Attention,
+                Some(4),
+            ),
+            (
+                "model.layers.4.self_attn.q_proj.qzeros",
+                Role::QuantState,
+                Some(4),
+            ),
+            (
+                "model.layers.4.self_attn.q_proj.weight_scale_inv",
+                Role::QuantState,
+                Some(4),
+            ),
+            (
+                "model.layers.4.self_attn.k_norm.weight",
+                Role::Norm,
+                Some(4),
+            ),
             ("model.layers.4.input_layernorm.weight", Role::Norm, Some(4)),
             ("model.layers.4.mlp.down_proj.weight", Role::Ffn, Some(4)),
             ("model.layers.4.mlp.gate.weight", Role::Router, Some(4)),
-            ("model.layers.4.mlp.experts.17.down_proj.weight", Role::Expert, Some(4)),
-            ("model.layers.4.block_sparse_moe.gate.weight", Role::Router, Some(4)),
-            ("model.layers.4.block_sparse_moe.experts.3.w1.weight", Role::Expert, Some(4)),
-            ("model.layers.4.mlp.shared_expert.up_proj.weight", Role::Ffn, Some(4)),
-            ("model.layers.4.mlp.shared_expert_gate.weight", Role::Ffn, Some(4)),
-            ("backbone.layers.2.mixer.in_proj.weight", Role::Recurrent, Some(2)),
-            ("transformer.h.5.attn.c_attn.weight", Role::Attention, Some(5)),
+            (
+                "model.layers.4.mlp.experts.17.down_proj.weight",
+                Role::Expert,
+                Some(4),
+            ),
+            (
+                "model.layers.4.block_sparse_moe.gate.weight",
+                Role::Router,
+                Some(4),
+            ),
+            (
+                "model.layers.4.block_sparse_moe.experts.3.w1.weight",
+                Role::Expert,
+                Some(4),
+            ),
+            (
+                "model.layers.4.mlp.shared_expert.up_proj.weight",
+                Role::Ffn,
+                Some(4),
+            ),
+            (
+                "model.layers.4.mlp.shared_expert_gate.weight",
+                Role::Ffn,
+                Some(4),
+            ),
+            (
+                "backbone.layers.2.mixer.in_proj.weight",
+                Role::Recurrent,
+                Some(2),
+            ),
+            (
+                "model.layers.3.mlp.experts.gate_up_proj_scales",
+                Role::QuantState,
+                Some(3),
+            ),
+            (
+                "model.layers.3.mlp.experts.gate_up_proj_blocks",
+                Role::Expert,
+                Some(3),
+            ),
+            (
+                "transformer.h.5.attn.c_attn.weight",
+                Role::Attention,
+                Some(5),
+            ),
         ];
         for (name, role, layer) in cases {
             assert_eq!(classify_tensor(name), (*role, *layer), "{name}");
