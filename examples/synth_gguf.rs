@@ -19,6 +19,9 @@ fn main() -> std::io::Result<()> {
     };
     let b = synthetic_llama(shape);
     let total = write_sparse(&b, std::path::Path::new(&path))?;
-    eprintln!("wrote {path}: {} tensors, {total} bytes (sparse)", b.tensors.len());
+    eprintln!(
+        "wrote {path}: {} tensors, {total} bytes (sparse)",
+        b.tensors.len()
+    );
     Ok(())
 }

@@ -4,4 +4,6 @@
 //! `ARCHITECTURE.md` of the project (pure core: `model`; edges: `cli`).
 
 pub mod cli;
+pub mod hardware;
 pub mod model;
+pub mod profile;

@@ -113,7 +113,13 @@ fn inspect_yaml_matches_json() {
 #[test]
 fn inspect_tensors_lists_every_tensor() {
     let p = fixture("gguf/mixtral-moe-q4_k.gguf");
-    let o = run(&["inspect", "--format", "json", "--tensors", p.to_str().unwrap()]);
+    let o = run(&[
+        "inspect",
+        "--format",
+        "json",
+        "--tensors",
+        p.to_str().unwrap(),
+    ]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let tensors = v["tensors"].as_array().unwrap();
     assert_eq!(tensors.len() as u64, v["tensor_count"].as_u64().unwrap());
@@ -190,7 +196,13 @@ fn invalid_model_exits_4_naming_file_offset_and_defect() {
 fn closed_stdout_pipe_is_not_an_error() {
     let p = fixture("gguf/llama-q4_k_m.gguf");
     let mut child = bin()
-        .args(["inspect", "--format", "json", "--tensors", p.to_str().unwrap()])
+        .args([
+            "inspect",
+            "--format",
+            "json",
+            "--tensors",
+            p.to_str().unwrap(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -82,7 +82,11 @@ fn meta_matches(ours: &MetaValue, theirs: &Value) -> Result<(), String> {
                 ref other => other.as_u64().map(i128::from),
             };
             let theirs = n.as_i64().map(i128::from).or(n.as_u64().map(i128::from));
-            if ours.is_some() && ours == theirs { Ok(()) } else { fail() }
+            if ours.is_some() && ours == theirs {
+                Ok(())
+            } else {
+                fail()
+            }
         }
         _ => fail(),
     }
@@ -91,7 +95,11 @@ fn meta_matches(ours: &MetaValue, theirs: &Value) -> Result<(), String> {
 fn assert_matches_official(id: &str) {
     let (e, spec) = load_expected(id);
     assert_eq!(spec.format, Format::Gguf, "{id}");
-    assert_eq!(spec.gguf_version, e["version"].as_u64().map(|v| v as u32), "{id}");
+    assert_eq!(
+        spec.gguf_version,
+        e["version"].as_u64().map(|v| v as u32),
+        "{id}"
+    );
     assert_eq!(
         spec.big_endian,
         e["endianness"] == "big",
@@ -99,7 +107,10 @@ fn assert_matches_official(id: &str) {
     );
     let tensors = e["tensors"].as_array().unwrap();
     assert_eq!(spec.tensors.len(), tensors.len(), "{id}: tensor count");
-    assert_eq!(spec.tensors.len() as u64, e["tensor_count"].as_u64().unwrap());
+    assert_eq!(
+        spec.tensors.len() as u64,
+        e["tensor_count"].as_u64().unwrap()
+    );
     for (ours, theirs) in spec.tensors.iter().zip(tensors) {
         let name = theirs["name"].as_str().unwrap();
         assert_eq!(ours.name, name, "{id}: tensor order");
@@ -110,11 +121,27 @@ fn assert_matches_official(id: &str) {
             .map(|d| d.as_u64().unwrap())
             .collect();
         assert_eq!(ours.shape, shape, "{id}: {name} shape");
-        assert_eq!(ours.dtype.name(), theirs["dtype"].as_str().unwrap(), "{id}: {name} type");
-        assert_eq!(ours.bytes, theirs["n_bytes"].as_u64().unwrap(), "{id}: {name} bytes");
-        assert_eq!(ours.elements, theirs["n_elements"].as_u64().unwrap(), "{id}: {name} elements");
+        assert_eq!(
+            ours.dtype.name(),
+            theirs["dtype"].as_str().unwrap(),
+            "{id}: {name} type"
+        );
+        assert_eq!(
+            ours.bytes,
+            theirs["n_bytes"].as_u64().unwrap(),
+            "{id}: {name} bytes"
+        );
+        assert_eq!(
+            ours.elements,
+            theirs["n_elements"].as_u64().unwrap(),
+            "{id}: {name} elements"
+        );
     }
-    assert_eq!(spec.tensor_bytes(), e["tensor_bytes"].as_u64().unwrap(), "{id}: tensor bytes");
+    assert_eq!(
+        spec.tensor_bytes(),
+        e["tensor_bytes"].as_u64().unwrap(),
+        "{id}: tensor bytes"
+    );
     assert_eq!(
         spec.parameter_count(),
         e["parameter_count"].as_u64().unwrap(),
@@ -191,7 +218,14 @@ fn q8_1_sized_as_gguf_py_writes_it_is_refused_as_ggml_would() {
     // tensor's offset. We follow the engine.
     let err = model::load(&fixtures().join("gguf/quirk-q8_1.gguf")).unwrap_err();
     assert!(
-        matches!(err.defect(), Some(Defect::TensorGap { offset: 640, expected: 576, .. })),
+        matches!(
+            err.defect(),
+            Some(Defect::TensorGap {
+                offset: 640,
+                expected: 576,
+                ..
+            })
+        ),
         "{err}"
     );
 }

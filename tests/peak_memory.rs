@@ -81,7 +81,11 @@ fn seventy_b_header_parses_under_budget() {
     );
     assert!(peak < BUDGET, "peak {peak}");
     // The vocabulary is skipped, not materialized: far less heap than the header's size.
-    assert!(peak < bytes.len() / 4, "peak {peak} vs header {}", bytes.len());
+    assert!(
+        peak < bytes.len() / 4,
+        "peak {peak} vs header {}",
+        bytes.len()
+    );
 }
 
 #[test]
@@ -91,7 +95,11 @@ fn the_largest_tensor_table_allowed_stays_under_budget() {
     b.kv_str("general.architecture", "llama");
     for i in 0..MAX_TENSORS {
         // 63-byte names, the longest ggml allows, in blocks so roles and layers are computed too.
-        let name = format!("blk.{i}.attn_q.weight.{:0>w$}", 0, w = 63 - format!("blk.{i}.attn_q.weight.").len());
+        let name = format!(
+            "blk.{i}.attn_q.weight.{:0>w$}",
+            0,
+            w = 63 - format!("blk.{i}.attn_q.weight.").len()
+        );
         assert_eq!(name.len(), 63);
         b.tensor(&name, &[32, 1, 1, 1], 0, 128);
     }
@@ -124,7 +132,10 @@ fn hostile_counts_are_refused_before_allocation() {
             ),
             "{defect}"
         );
-        assert!(peak < 1 << 20, "peak {peak} for n_kv {n_kv}, n_tensors {n_tensors}");
+        assert!(
+            peak < 1 << 20,
+            "peak {peak} for n_kv {n_kv}, n_tensors {n_tensors}"
+        );
     }
 }
 

@@ -5,6 +5,8 @@
 //! fits · 4 invalid input file (model, profile, database).
 
 mod inspect;
+mod probe;
+mod profiles;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,6 +30,13 @@ pub mod exit {
     about = "Decides how to run a machine-learning model on the hardware at hand, and says why."
 )]
 struct RawArgs {
+    /// Use this inventory YAML instead of probing the machine (also: OPTIMIZER_INVENTORY).
+    #[arg(long, global = true, value_name = "FILE")]
+    inventory: Option<PathBuf>,
+    /// Overlay profiles from DIR (with hardware/, workloads/, rules/ inside) over the built-in set and
+    /// $XDG_CONFIG_HOME/optimizer/profiles; repeatable, later wins.
+    #[arg(long = "profiles", global = true, value_name = "DIR")]
+    profiles: Vec<PathBuf>,
     #[command(subcommand)]
     command: RawCommand,
 }
@@ -47,6 +56,43 @@ enum RawCommand {
         #[arg(long)]
         tensors: bool,
     },
+    /// Describe this machine: CPU and SIMD features, memory (bounded by container limits), NVIDIA GPUs and the
+    /// profile each matches. `--format yaml` writes an inventory that `--inventory` reads back.
+    Probe {
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// List, show and validate hardware profiles, workload presets and rule tables.
+    Profiles {
+        #[command(subcommand)]
+        command: RawProfilesCommand,
+    },
+    /// Print a JSON Schema: hardware-profile, workload, rules or inventory.
+    Schema {
+        /// Schema name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RawProfilesCommand {
+    /// Check profile files against their schemas and the semantic rules; every error is reported with its file
+    /// and instance path. Exit code 4 if any file is invalid.
+    Validate {
+        /// Files or directories (default: the built-in set with its overlays).
+        paths: Vec<PathBuf>,
+    },
+    /// List every profile in force, with where it comes from.
+    List {
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+    /// Print one profile.
+    Show {
+        id: String,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Yaml)]
+        format: OutputFormat,
+    },
 }
 
 /// How a command renders its result on stdout.
@@ -57,10 +103,84 @@ pub enum OutputFormat {
     Json,
 }
 
+/// Where a setting's value came from, for messages and provenance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingOrigin {
+    Flag,
+    Env,
+}
+
+/// Settings every command shares, resolved once with one precedence (flag > environment > default).
+#[derive(Debug, Clone, Default)]
+pub struct Common {
+    /// Inventory file replacing the live probe.
+    pub inventory: Option<(PathBuf, SettingOrigin)>,
+    /// Profile overlay directories, in order: the user directory, then each `--profiles`.
+    pub profile_dirs: Vec<PathBuf>,
+}
+
+impl Common {
+    fn resolve(inventory: Option<PathBuf>, profiles: Vec<PathBuf>) -> Self {
+        let inventory = inventory.map(|p| (p, SettingOrigin::Flag)).or_else(|| {
+            std::env::var_os("OPTIMIZER_INVENTORY")
+                .filter(|v| !v.is_empty())
+                .map(|v| (PathBuf::from(v), SettingOrigin::Env))
+        });
+        let xdg = std::env::var("XDG_CONFIG_HOME").ok();
+        let home = std::env::var("HOME").ok();
+        let mut profile_dirs: Vec<PathBuf> =
+            crate::profile::user_dir(xdg.as_deref(), home.as_deref())
+                .into_iter()
+                .collect();
+        profile_dirs.extend(profiles);
+        Common {
+            inventory,
+            profile_dirs,
+        }
+    }
+
+    /// The inventory: the fixture file when one is set, else the live probe.
+    pub fn inventory(&self) -> Result<(crate::hardware::Inventory, &'static str), Failure> {
+        use crate::hardware::{FixtureProbe, InventoryError, LiveProbe, Probe};
+        let probe: Box<dyn Probe> = match &self.inventory {
+            Some((p, _)) => Box::new(FixtureProbe(p.clone())),
+            None => Box::new(LiveProbe),
+        };
+        let source = probe.source();
+        probe
+            .inventory()
+            .map(|inv| (inv, source))
+            .map_err(|e| match &e {
+                InventoryError::Io { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    let from = match self.inventory {
+                        Some((_, SettingOrigin::Env)) => " (from OPTIMIZER_INVENTORY)",
+                        _ => "",
+                    };
+                    Failure::new(exit::USAGE, e).hint(format!("check the inventory path{from}"))
+                }
+                InventoryError::Io { .. } => Failure::new(exit::RUNTIME, e),
+                InventoryError::Invalid { .. } => Failure::new(exit::INVALID_INPUT, e)
+                    .hint("`optimizer schema inventory` prints the inventory schema"),
+            })
+    }
+
+    /// The profile set in force (built-in + overlays).
+    pub fn profiles(&self) -> Result<crate::profile::ProfileSet, Failure> {
+        crate::profile::load(&self.profile_dirs).map_err(profiles::invalid)
+    }
+}
+
 /// Validated settings: what commands see instead of clap types.
 #[derive(Debug)]
 enum Command {
     Inspect(inspect::Settings),
+    Probe(OutputFormat),
+    ProfilesValidate(Vec<PathBuf>),
+    ProfilesList(OutputFormat),
+    ProfilesShow(String, OutputFormat),
+    Schema(String),
 }
 
 /// An error with its exit code and, when a fix is known, a hint.
@@ -101,18 +221,39 @@ impl From<crate::model::ModelError> for Failure {
     }
 }
 
-fn settle(raw: RawArgs) -> Result<Command, Failure> {
-    match raw.command {
+fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
+    let common = Common::resolve(raw.inventory, raw.profiles);
+    let command = match raw.command {
         RawCommand::Inspect {
             model,
             format,
             tensors,
-        } => Ok(Command::Inspect(inspect::Settings {
+        } => Command::Inspect(inspect::Settings {
             model,
             format,
             tensors,
-        })),
-    }
+        }),
+        RawCommand::Probe { format } => Command::Probe(format),
+        RawCommand::Profiles { command } => match command {
+            RawProfilesCommand::Validate { paths } => Command::ProfilesValidate(paths),
+            RawProfilesCommand::List { format } => Command::ProfilesList(format),
+            RawProfilesCommand::Show { id, format } => Command::ProfilesShow(id, format),
+        },
+        RawCommand::Schema { name } => {
+            if crate::profile::schema::by_name(&name).is_none() {
+                let names: Vec<&str> = crate::profile::schema::NAMES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect();
+                return Err(
+                    Failure::new(exit::USAGE, anyhow::anyhow!("unknown schema {name:?}"))
+                        .hint(format!("schemas: {}", names.join(", "))),
+                );
+            }
+            Command::Schema(name)
+        }
+    };
+    Ok((command, common))
 }
 
 /// Writes `text` to stdout; a closed pipe (`optimizer inspect m.gguf | head`) is not an error.
@@ -144,9 +285,16 @@ pub(crate) fn render<T: serde::Serialize>(
     text.map_err(|e| Failure::new(exit::RUNTIME, e.context("rendering output")))
 }
 
-fn run(command: Command) -> Result<(), Failure> {
+fn run((command, common): (Command, Common)) -> Result<(), Failure> {
     match command {
         Command::Inspect(s) => inspect::run(&s),
+        Command::Probe(format) => probe::run(&common, format),
+        Command::ProfilesValidate(paths) => profiles::validate(&common, &paths),
+        Command::ProfilesList(format) => profiles::list(&common, format),
+        Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
+        Command::Schema(name) => {
+            write_stdout(&crate::profile::schema::render(&name).unwrap_or_default())
+        }
     }
 }
 

@@ -1,0 +1,183 @@
+//! The inventory: what a machine has (CPU, memory, GPUs), probed live or read from YAML.
+//!
+//! The YAML form is an input contract (`--inventory FILE`, `OPTIMIZER_INVENTORY`) that must stay stable: the
+//! minimal document is
+//! ```yaml
+//! cpu: {model: str, vendor: str, physical_cores: int, logical_cpus: int, features: [str]}
+//! memory: {total_bytes: int, available_bytes: int}
+//! gpus:
+//!   - {index: int, name: str, vendor: nvidia, memory_total_bytes: int, memory_free_bytes: int,
+//!      compute_capability: "8.9"}
+//! ```
+//! and every other field is optional. Unknown fields are refused, so a misspelt optional field is an error
+//! rather than a silently ignored value.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which limit bounds a figure: the host's own, or a container's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bound {
+    Host,
+    CgroupV2,
+    CgroupV1,
+}
+
+/// CPU cache sizes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Caches {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l1d_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l3_bytes: Option<u64>,
+}
+
+/// The host CPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Cpu {
+    pub model: String,
+    pub vendor: String,
+    pub physical_cores: u32,
+    pub logical_cpus: u32,
+    /// SIMD features: x86 `sse4.2`, `avx`, `avx2`, `fma`, `f16c`, `avx512f`, `avx512bw`, `avx512vl`,
+    /// `avx512vnni`, `avx512bf16`, `amx`; aarch64 `neon`, `dotprod`, `i8mm`, `sve`.
+    pub features: Vec<String>,
+    /// `x86_64`, `aarch64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_mhz: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caches: Option<Caches>,
+    /// CPUs this process may use: the cgroup CPU quota (quota / period) when lower than the logical CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_cpus: Option<f64>,
+    /// Which limit `effective_cpus` comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_bound: Option<Bound>,
+}
+
+/// System memory. `total_bytes` and `available_bytes` are what this process may use: the minimum of the host
+/// and the cgroup limit, with `bound` saying which applies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap_total_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap_free_bytes: Option<u64>,
+    /// The host's memory when a cgroup limit is lower.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_total_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<Bound>,
+    /// CPU and GPU share this memory (Apple silicon, Jetson): GPU memory is not additional.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unified: bool,
+}
+
+/// GPU vendors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuVendor {
+    Nvidia,
+    Amd,
+    Intel,
+    Apple,
+}
+
+/// A process holding GPU memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// Bytes held; absent when the driver does not say (e.g. inside some containers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+}
+
+/// Where a GPU's figures came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuSource {
+    Nvml,
+    CudaDriver,
+    Fixture,
+}
+
+/// One GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Gpu {
+    pub index: u32,
+    pub name: String,
+    pub vendor: GpuVendor,
+    pub memory_total_bytes: u64,
+    pub memory_free_bytes: u64,
+    /// CUDA compute capability, `"8.9"`; absent for non-NVIDIA devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// PCI bus id, `00000000:01:00.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// PCI `vendor:device`, lower-case hex: `10de:2684`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sm_clock_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_clock_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bus_width_bits: Option<u32>,
+    /// Peak memory bandwidth derived from the memory clock and bus width (computed, bytes per second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_bandwidth_bytes_per_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_generation: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_width: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    /// CUDA version the driver supports, `"13.0"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_driver_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_enabled: Option<bool>,
+    /// Other processes holding memory on this GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<GpuProcess>,
+    /// The GPU shares system memory (integrated / SoC).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unified_memory: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<GpuSource>,
+}
+
+/// What a machine has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Inventory {
+    pub cpu: Cpu,
+    pub memory: Memory,
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+    /// What the probe could not see and why (no NVIDIA driver, an NVML call that failed, a cgroup file it
+    /// could not parse).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}

@@ -1,0 +1,182 @@
+//! Hardware inventory: CPU, system memory (bounded by container limits) and GPUs, probed live or read from a
+//! YAML fixture. Edge module: the live probe reads the machine; everything downstream takes an [`Inventory`]
+//! value and never queries devices itself.
+//!
+//! Live probing degrades instead of failing: a missing NVIDIA driver, a failed NVML call or an unreadable
+//! cgroup file becomes a note in [`Inventory::notes`], never an error or a panic.
+
+pub mod cgroup;
+pub mod cpu;
+pub mod gpu;
+mod inventory;
+
+use std::path::{Path, PathBuf};
+
+pub use inventory::{Bound, Caches, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory, Memory};
+
+/// Where an inventory comes from.
+pub trait Probe {
+    fn inventory(&self) -> Result<Inventory, InventoryError>;
+    /// `probe` or `inventory`, for provenance.
+    fn source(&self) -> &'static str;
+}
+
+/// The machine this process runs on.
+#[derive(Debug, Default)]
+pub struct LiveProbe;
+
+impl Probe for LiveProbe {
+    fn inventory(&self) -> Result<Inventory, InventoryError> {
+        Ok(probe_live())
+    }
+    fn source(&self) -> &'static str {
+        "probe"
+    }
+}
+
+/// An inventory YAML file (`--inventory FILE`, `OPTIMIZER_INVENTORY`).
+#[derive(Debug)]
+pub struct FixtureProbe(pub PathBuf);
+
+impl Probe for FixtureProbe {
+    fn inventory(&self) -> Result<Inventory, InventoryError> {
+        load_inventory(&self.0)
+    }
+    fn source(&self) -> &'static str {
+        "inventory"
+    }
+}
+
+/// An inventory file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("{path}: {source}", path = path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}", path = path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Inventory files are small; a larger one is not an inventory.
+pub const MAX_INVENTORY_BYTES: u64 = 4 << 20;
+
+/// Reads and checks an inventory YAML file.
+pub fn load_inventory(path: &Path) -> Result<Inventory, InventoryError> {
+    let io = |source| InventoryError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > MAX_INVENTORY_BYTES {
+        return Err(InventoryError::Invalid {
+            path: path.to_path_buf(),
+            message: format!(
+                "{len} bytes exceeds the {MAX_INVENTORY_BYTES}-byte limit for an inventory"
+            ),
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    parse_inventory(&text).map_err(|message| InventoryError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    })
+}
+
+/// Parses inventory YAML and checks what the types cannot: GPU memory and indices.
+pub fn parse_inventory(text: &str) -> Result<Inventory, String> {
+    let inv: Inventory = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    validate(&inv)?;
+    Ok(inv)
+}
+
+fn validate(inv: &Inventory) -> Result<(), String> {
+    if inv.cpu.physical_cores == 0 || inv.cpu.logical_cpus < inv.cpu.physical_cores {
+        return Err(format!(
+            "cpu: physical_cores {} must be at least 1 and at most logical_cpus {}",
+            inv.cpu.physical_cores, inv.cpu.logical_cpus
+        ));
+    }
+    if inv.memory.available_bytes > inv.memory.total_bytes {
+        return Err(format!(
+            "memory: available_bytes {} exceeds total_bytes {}",
+            inv.memory.available_bytes, inv.memory.total_bytes
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, g) in inv.gpus.iter().enumerate() {
+        if !seen.insert(g.index) {
+            return Err(format!("gpus[{i}]: index {} appears twice", g.index));
+        }
+        if g.memory_free_bytes > g.memory_total_bytes {
+            return Err(format!(
+                "gpus[{i}] ({}): memory_free_bytes {} exceeds memory_total_bytes {}",
+                g.name, g.memory_free_bytes, g.memory_total_bytes
+            ));
+        }
+        if let Some(cc) = &g.compute_capability
+            && parse_capability(cc).is_none()
+        {
+            return Err(format!(
+                "gpus[{i}] ({}): compute_capability {cc:?} is not MAJOR.MINOR",
+                g.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `"8.9"` → (8, 9).
+pub fn parse_capability(cc: &str) -> Option<(u32, u32)> {
+    let (a, b) = cc.split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// Probes this machine: CPU, memory bounded by cgroup limits, GPUs.
+pub fn probe_live() -> Inventory {
+    let mut notes = Vec::new();
+    let (mut cpu, mut memory) = cpu::probe(&mut notes);
+    apply_cgroup_limits(&mut cpu, &mut memory, &mut notes);
+    let gpus = gpu::probe(&mut notes);
+    Inventory {
+        cpu,
+        memory,
+        gpus,
+        notes,
+    }
+}
+
+fn apply_cgroup_limits(cpu: &mut Cpu, memory: &mut Memory, notes: &mut Vec<String>) {
+    let Ok(proc_cgroup) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return;
+    };
+    let limits = cgroup::read(Path::new("/"), &proc_cgroup);
+    notes.extend(
+        limits
+            .notes
+            .iter()
+            .map(|n| format!("cgroup file ignored: {n}")),
+    );
+    apply_limits(cpu, memory, &limits);
+}
+
+/// Bounds host figures by container limits: effective values are the minimum of host and cgroup, and the
+/// `bound` fields say which applies.
+pub fn apply_limits(cpu: &mut Cpu, memory: &mut Memory, limits: &cgroup::Limits) {
+    if let Some(limit) = limits.memory_bytes
+        && limit < memory.total_bytes
+    {
+        memory.host_total_bytes = Some(memory.total_bytes);
+        memory.total_bytes = limit;
+        memory.available_bytes = memory.available_bytes.min(limit);
+        memory.bound = limits.memory_bound;
+    }
+    if let Some(cpus) = limits.cpus
+        && cpus < f64::from(cpu.logical_cpus)
+    {
+        cpu.effective_cpus = Some(cpus);
+        cpu.cpu_bound = limits.cpu_bound;
+    }
+}

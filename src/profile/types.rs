@@ -1,0 +1,411 @@
+//! Typed profiles: hardware devices, workload presets and rule tables. These types are the source of the JSON
+//! Schemas in `schemas/` (generated with schemars, checked current by a test) and every profile file is
+//! validated against them; `deny_unknown_fields` everywhere, so a typo is an error, not a silently ignored key.
+//!
+//! Every number a profile states carries its source: `sources` maps a field path (`memory.bandwidth_gb_s`) or a
+//! parent path (`tensor_tflops`, covering all its fields) to where the figure comes from. `profiles validate`
+//! refuses a number without one.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Who makes the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    Nvidia,
+    Amd,
+    Intel,
+    Apple,
+    Generic,
+}
+
+/// What kind of device a profile describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// A discrete accelerator with its own memory.
+    Gpu,
+    /// A host CPU class (memory is system RAM).
+    Cpu,
+    /// A system-on-chip whose CPU and GPU share one unified memory (Apple silicon, Jetson).
+    Soc,
+}
+
+/// How a probed device is recognised: PCI ids first (exact), then name patterns.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MatchRules {
+    /// PCI `vendor:device` ids in lower-case hex, e.g. `10de:2684`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pci_ids: Vec<String>,
+    /// Case-insensitive substrings of the device name as the driver reports it; all must occur.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub name_contains: Vec<String>,
+    /// Case-insensitive substrings that must not occur (to tell `RTX 4090` from `RTX 4090 Laptop GPU`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub name_excludes: Vec<String>,
+    /// Memory size the device must report (tells A100 40 GB from 80 GB when names agree), within 10 %.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+/// Device (or system) memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// Capacity in bytes (GPU marketing "GB" are GiB: 24 GB = 25,769,803,776 bytes). Absent for CPU and SoC
+    /// classes, whose capacity is the machine's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// GDDR6X, HBM3, LPDDR5, DDR5, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Peak bandwidth in GB/s (10^9 bytes per second), as the vendor quotes it.
+    pub bandwidth_gb_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_width_bits: Option<u32>,
+    /// CPU and GPU share this memory (count it once).
+    #[serde(default)]
+    pub unified: bool,
+}
+
+/// Dense tensor-core throughput in TFLOPS (TOPS for int8), without 2:4 sparsity, by input type and
+/// accumulation. GeForce parts run FP16/BF16 with FP32 accumulation (what cuBLAS and PyTorch use) at half the
+/// FP16-accumulate rate; data-center parts at full rate.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TensorTflops {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp16_fp32acc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp16_fp16acc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_fp32acc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tf32: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_fp32acc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int8: Option<f64>,
+}
+
+/// Non-tensor (vector/shader) throughput in TFLOPS.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VectorTflops {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp32: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp16: Option<f64>,
+}
+
+/// Links to the host and to peer devices.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Interconnect {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_gen: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_lanes: Option<u32>,
+    /// Total NVLink bandwidth per device in GB/s (both directions), when the part has NVLink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_gb_s: Option<f64>,
+}
+
+/// A CPU class: what a planner needs to know about a host it cannot probe.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CpuSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_cores: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logical_cpus: Option<u32>,
+    /// SIMD features as the probe names them (`avx2`, `avx512f`, `neon`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
+    /// Peak FP32 GFLOPS per core per GHz (FMA width × 2 × units), for compute-bound estimates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp32_flops_per_cycle_per_core: Option<f64>,
+}
+
+/// One device model, or one class of host CPU or SoC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareProfile {
+    /// Lower-kebab-case of the product name: `rtx-4090`, `a100-80gb-sxm`, `h100-sxm`.
+    pub id: String,
+    pub name: String,
+    pub vendor: Vendor,
+    pub kind: DeviceKind,
+    /// Micro-architecture id, matching an entry of the `gpu-architectures` rule table (`ada`, `ampere-ga100`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    #[serde(default, rename = "match")]
+    pub matching: MatchRules,
+    pub memory: MemorySpec,
+    /// CUDA compute capability, `"8.9"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sms: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boost_clock_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_tflops: Option<TensorTflops>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector_tflops: Option<VectorTflops>,
+    /// Capabilities: `bf16`, `tf32`, `fp8`, `int8-tensor`, `flash-attention-2`, `flash-attention-3`, `tensor-cores`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tdp_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<Interconnect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuSpec>,
+    /// Where each number comes from, by field path or parent path.
+    pub sources: BTreeMap<String, String>,
+}
+
+/// What a workload optimises for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    Latency,
+    Throughput,
+    Balanced,
+}
+
+/// What the model is run for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Inference,
+    Embedding,
+    FineTune,
+    Training,
+}
+
+/// How the context length is chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "policy", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ContextPolicy {
+    /// Exactly this many tokens (capped at the model's maximum).
+    Fixed { tokens: u64 },
+    /// The model's trained maximum.
+    ModelMax,
+    /// The largest that fits in memory, but no less than `floor` tokens (else the candidate is rejected).
+    LargestFit { floor: u64 },
+}
+
+/// Service-level targets; absent means no bound.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sla {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_first_token_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_per_output_token_ms: Option<f64>,
+}
+
+/// Precision and KV-cache preferences, in order of preference.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionPrefs {
+    /// KV cache types to try, best first (`f16`, `q8_0`, `q4_0`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_cache: Vec<String>,
+    /// Compute precision override (`auto` lets the precision rules decide).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<String>,
+}
+
+/// Optimizer algorithm for training presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainOptimizer {
+    Adamw,
+    Adamw8bit,
+    Sgd,
+    Adafactor,
+}
+
+/// Training settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingSpec {
+    pub optimizer: TrainOptimizer,
+    pub micro_batch: u64,
+    pub sequence_length: u64,
+    pub gradient_checkpointing: bool,
+    /// LoRA rank; absent for full fine-tuning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_rank: Option<u64>,
+    /// Quantization of the frozen base weights (`nf4` for QLoRA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_quantization: Option<String>,
+}
+
+/// A workload preset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadProfile {
+    pub id: String,
+    pub description: String,
+    pub mode: Mode,
+    pub objective: Objective,
+    pub context: ContextPolicy,
+    /// Sequences served at once.
+    pub concurrency: u64,
+    /// Typical prompt length in tokens.
+    pub prompt_tokens: u64,
+    /// Typical generated tokens per request.
+    pub generation_tokens: u64,
+    #[serde(default)]
+    pub sla: Sla,
+    #[serde(default)]
+    pub precision: PrecisionPrefs,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingSpec>,
+    /// Why each number was chosen, by field path or parent path.
+    pub sources: BTreeMap<String, String>,
+}
+
+/// Compute precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    Fp32,
+    Fp16,
+    Bf16,
+}
+
+/// Attention implementations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionKernel {
+    FlashAttention3,
+    FlashAttention2,
+    SdpaFused,
+    SdpaMath,
+    Chunked,
+}
+
+/// Compute capability range `[min, max]` (inclusive), as `"8.0"` strings; absent ends are open.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilityRange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionRule {
+    pub id: String,
+    pub compute_capability: CapabilityRange,
+    pub precision: Precision,
+    /// Whether TF32 tensor math is enabled for FP32 matmuls.
+    pub tf32: bool,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionRule {
+    pub id: String,
+    pub compute_capability: CapabilityRange,
+    /// Applies from this sequence length on (tokens); absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_sequence: Option<u64>,
+    pub kernel: AttentionKernel,
+    pub why: String,
+}
+
+/// Where a memory reserve applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReserveTarget {
+    Gpu,
+    Cpu,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveRule {
+    pub id: String,
+    pub device: ReserveTarget,
+    /// Runtime the reserve is measured for (`llama.cpp`, `vllm`, `any`).
+    pub runtime: String,
+    /// Fixed bytes held per device by the runtime (CUDA context, cuBLAS workspace).
+    pub fixed_bytes: u64,
+    /// Safety margin as a fraction of the device's capacity.
+    pub fraction: f64,
+    pub why: String,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadRule {
+    pub id: String,
+    pub objective: Objective,
+    /// Threads per physical core used for generation (1: SMT siblings share the core's FMA units).
+    pub threads_per_core: u32,
+    /// Physical cores left to the system and the runtime's other threads.
+    pub reserve_cores: u32,
+    pub why: String,
+}
+
+/// Per-micro-architecture rates, to derive a profile for a GPU nobody has profiled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArchitectureRule {
+    /// Architecture id (`ada`, `ampere-ga100`, `hopper`).
+    pub id: String,
+    pub name: String,
+    pub compute_capability: CapabilityRange,
+    /// Dense FP16 tensor FLOPs per clock per SM with FP32 accumulation.
+    pub fp16_fp32acc_flops_per_clock_per_sm: f64,
+    /// Same with FP16 accumulation (equal on data-center parts).
+    pub fp16_fp16acc_flops_per_clock_per_sm: f64,
+    /// FP32 vector FLOPs per clock per SM (2 × FP32 lanes).
+    pub fp32_flops_per_clock_per_sm: f64,
+    /// Data transfers per memory clock as NVML reports the clock: 2 on GDDR6/6X and HBM2e/3 (an RTX 4090
+    /// reports 10,501 MHz: 10,501 MHz × 2 × 384 bit / 8 = 1,008 GB/s, its published bandwidth).
+    pub memory_transfers_per_clock: f64,
+    pub features: Vec<String>,
+    pub why: String,
+    pub source: String,
+}
+
+/// A rule table: one kind of decision, each row with an id and a one-line why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum RuleTable {
+    Precision {
+        id: String,
+        rules: Vec<PrecisionRule>,
+    },
+    Attention {
+        id: String,
+        rules: Vec<AttentionRule>,
+    },
+    MemoryReserves {
+        id: String,
+        rules: Vec<ReserveRule>,
+    },
+    CpuThreads {
+        id: String,
+        rules: Vec<ThreadRule>,
+    },
+    GpuArchitectures {
+        id: String,
+        rules: Vec<ArchitectureRule>,
+    },
+}
