@@ -7,3 +7,4 @@ pub mod cli;
 pub mod hardware;
 pub mod model;
 pub mod profile;
+pub mod yaml;

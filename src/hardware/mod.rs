@@ -87,7 +87,7 @@ pub fn load_inventory(path: &Path) -> Result<Inventory, InventoryError> {
 
 /// Parses inventory YAML and checks what the types cannot: GPU memory and indices.
 pub fn parse_inventory(text: &str) -> Result<Inventory, String> {
-    let inv: Inventory = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    let inv: Inventory = crate::yaml::from_str(text)?;
     validate(&inv)?;
     Ok(inv)
 }

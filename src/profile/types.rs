@@ -262,7 +262,7 @@ pub struct WorkloadProfile {
     pub concurrency: u64,
     /// Typical prompt length in tokens.
     pub prompt_tokens: u64,
-    /// Typical generated tokens per request.
+    /// Typical generated tokens per request (0 for embedding and training, which generate none).
     pub generation_tokens: u64,
     #[serde(default)]
     pub sla: Sla,
@@ -287,7 +287,9 @@ pub enum Precision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttentionKernel {
+    #[serde(rename = "flash-attention-3")]
     FlashAttention3,
+    #[serde(rename = "flash-attention-2")]
     FlashAttention2,
     SdpaFused,
     SdpaMath,

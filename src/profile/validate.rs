@@ -118,7 +118,7 @@ fn pointer(dotted: &str) -> String {
 }
 
 /// Every number has a source (its path or a parent path is a key of `sources`), and every source key names a
-/// number or a parent of one.
+/// field of the profile (sourcing a string such as `compute_capability` is welcome; a stale key is not).
 fn check_sources(
     v: &Value,
     sources: &BTreeMap<String, String>,
@@ -138,12 +138,15 @@ fn check_sources(
         }
     }
     for (k, text) in sources {
-        if !nums.iter().any(|(p, _)| covers(k, p)) {
+        let field = k.split('.').try_fold(v, |node, seg| match node {
+            Value::Object(m) => m.get(seg),
+            Value::Array(items) => seg.parse::<usize>().ok().and_then(|i| items.get(i)),
+            _ => None,
+        });
+        if k == "sources" || field.is_none() {
             d(
                 format!("/sources/{k}"),
-                format!(
-                    "source for {k:?}, which is not a number (or parent of one) in this profile"
-                ),
+                format!("source for {k:?}, which is not a field of this profile"),
             );
         }
         if text.trim().is_empty() {
@@ -152,10 +155,17 @@ fn check_sources(
     }
 }
 
-fn check_positive(v: &Value, allow_zero: bool, d: &mut impl FnMut(String, String)) {
+/// Numbers must be positive and finite; `zero_ok` lists the paths where 0 is meaningful.
+fn check_positive(
+    v: &Value,
+    allow_zero: bool,
+    zero_ok: &[&str],
+    d: &mut impl FnMut(String, String),
+) {
     let mut nums = Vec::new();
     numbers(v, "", &mut nums);
     for (path, x) in nums {
+        let allow_zero = allow_zero || zero_ok.contains(&path.as_str());
         let ok = x.is_finite() && (x > 0.0 || (allow_zero && x == 0.0));
         if !ok {
             d(
@@ -185,7 +195,7 @@ fn check_capability(cc: Option<&str>, at: &str, d: &mut impl FnMut(String, Strin
 }
 
 fn check_hardware(h: &HardwareProfile, v: &Value, d: &mut impl FnMut(String, String)) {
-    check_positive(v, false, d);
+    check_positive(v, false, &[], d);
     check_sources(v, &h.sources, d);
     check_capability(h.compute_capability.as_deref(), "/compute_capability", d);
     for (i, id) in h.matching.pci_ids.iter().enumerate() {
@@ -232,7 +242,8 @@ fn check_hardware(h: &HardwareProfile, v: &Value, d: &mut impl FnMut(String, Str
 }
 
 fn check_workload(w: &WorkloadProfile, v: &Value, d: &mut impl FnMut(String, String)) {
-    check_positive(v, false, d);
+    // Embedding and training workloads generate no tokens.
+    check_positive(v, false, &["generation_tokens"], d);
     check_sources(v, &w.sources, d);
     let trains = matches!(w.mode, Mode::FineTune | Mode::Training);
     if trains != w.training.is_some() {
@@ -248,7 +259,7 @@ fn check_workload(w: &WorkloadProfile, v: &Value, d: &mut impl FnMut(String, Str
 }
 
 fn check_rules(t: &RuleTable, v: &Value, d: &mut impl FnMut(String, String)) {
-    check_positive(v, true, d);
+    check_positive(v, true, &[], d);
     // (row id, compute-capability range) of every row, whatever the table kind.
     let rows: Vec<(&str, Option<&super::CapabilityRange>)> = match t {
         RuleTable::Precision { rules, .. } => rules
@@ -394,7 +405,7 @@ pub fn validate_files(
                 message,
             });
         };
-        let value: Value = match serde_yaml_ng::from_str(&f.text) {
+        let value: Value = match crate::yaml::from_str(&f.text) {
             Ok(v) => v,
             Err(e) => {
                 d(String::new(), format!("invalid YAML: {e}"));
