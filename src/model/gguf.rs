@@ -836,6 +836,17 @@ fn resolve_types(
                     },
                 ));
             }
+            if ty == GgmlType::TL2 && ne0 < 256 {
+                return Err((
+                    t.record_offset,
+                    Defect::BadTensor {
+                        name: t.name.clone(),
+                        reason: format!(
+                            "TL2 row length {ne0} is under 256; BitNet's TL2 size formula needs at least 256 columns"
+                        ),
+                    },
+                ));
+            }
             let bytes = ty.tensor_bytes(t.ne()).ok_or_else(|| {
                 (
                     t.record_offset,
@@ -1170,6 +1181,16 @@ fn build_spec(paths: &[PathBuf], headers: Vec<Header>) -> Result<ModelSpec, Mode
         }
     }
     let hparams = hparams_from_metadata(&architecture, &metadata, &tensors);
+    if let Some(n) = hparams.block_count.filter(|&n| n > super::MAX_BLOCKS) {
+        return Err(ModelError::InvalidModel {
+            path: paths[0].clone(),
+            defect: Defect::TooMany {
+                what: "block (layer)",
+                count: n,
+                limit: super::MAX_BLOCKS,
+            },
+        });
+    }
     let file_type = metadata
         .get("general.file_type")
         .and_then(MetaValue::as_u64)

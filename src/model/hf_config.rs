@@ -25,9 +25,8 @@ use super::{Defect, Hparams, ModelError, PerLayer, Quantization, Rope, Ssm};
 /// Size of `config.json`. Published configs are 1–10 KiB; the largest (vision-language models with label maps
 /// and nested sub-configs) stay under 200 KiB. 4 MiB bounds the parsed JSON tree to a few tens of MiB.
 pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
-/// Transformer blocks. The deepest published models have under 200; the limit bounds the per-layer vectors
-/// built from the count (sliding-window flags here, layer summaries in `assemble`) to a few MiB.
-pub const MAX_BLOCK_COUNT: u64 = 65_536;
+/// Layers a config may declare: the crate-wide [`super::MAX_BLOCKS`].
+pub const MAX_BLOCK_COUNT: u64 = super::MAX_BLOCKS;
 /// `Qwen2Config.max_window_layers` default (transformers `configuration_qwen2.py`).
 const QWEN2_DEFAULT_MAX_WINDOW_LAYERS: u64 = 28;
 /// `Gemma3TextConfig.sliding_window_pattern` default: five local layers, then one global.

@@ -26,6 +26,11 @@ pub use error::{Defect, ModelError};
 pub use ggml_type::{GgmlType, TypeReading};
 pub use spec::{assemble, classify_tensor, fingerprint};
 
+/// Transformer blocks a model may declare. The deepest published models have 126 (Llama-3.1-405B); 4,096
+/// bounds every per-layer table the readers build from a declared count (a hostile `block_count` of 2^64
+/// would otherwise size one), and matches the per-layer arrays GGUF metadata may materialize.
+pub const MAX_BLOCKS: u64 = 4_096;
+
 /// The on-disk format a model was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

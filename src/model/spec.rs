@@ -156,15 +156,20 @@ pub fn assemble(
     tensors: Vec<TensorInfo>,
     metadata: BTreeMap<String, MetaValue>,
 ) -> ModelSpec {
-    let max_layer = tensors.iter().filter_map(|t| t.layer).max();
+    // Readers refuse a declared block count above MAX_BLOCKS; layer indices parsed from tensor names are
+    // capped here too, so no name can size the per-layer tables (such tensors still count in the totals).
+    let cap = super::MAX_BLOCKS;
+    let max_layer = tensors
+        .iter()
+        .filter_map(|t| t.layer)
+        .map(u64::from)
+        .filter(|&l| l < cap)
+        .max();
     let n_layers = hparams
         .block_count
         .unwrap_or(0)
-        .max(max_layer.map_or(0, |l| u64::from(l) + 1));
-    // Bounded by the tensor count: a layer index comes from a tensor name, and block_count from metadata is only
-    // trusted up to the layers that hold tensors plus the declared count (checked by the readers).
-    let n_layers = usize::try_from(n_layers).unwrap_or(usize::MAX);
-    let n_layers = n_layers.min(tensors.len().max(hparams.block_count.unwrap_or(0) as usize));
+        .max(max_layer.map_or(0, |l| l + 1))
+        .min(cap) as usize;
     let mut layers: Vec<LayerSummary> = (0..n_layers)
         .map(|i| LayerSummary {
             index: i as u32,
