@@ -73,8 +73,10 @@ const MIN_TENSOR_INFO_BYTES: u64 = 8 + 1 + 4 + 4 + 8;
 /// Bytes charged against [`MAX_METADATA_HEAP`] per materialized value, beyond its string bytes.
 const VALUE_HEAP_BYTES: u64 = std::mem::size_of::<MetaValue>() as u64;
 
+use value_type as vt;
+
 /// GGUF value types (`enum gguf_type`, gguf.h L53-67).
-mod vt {
+pub mod value_type {
     pub const UINT8: u32 = 0;
     pub const INT8: u32 = 1;
     pub const UINT16: u32 = 2;

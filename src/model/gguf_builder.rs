@@ -3,22 +3,7 @@
 //! `gguf` Python package instead (tests/fixtures/generate.py); this builder exists to write what that package
 //! refuses to write (bad offsets, unknown types, hostile counts) and to build large headers at bench time.
 
-/// GGUF value type ids (`enum gguf_type`).
-pub mod value_type {
-    pub const UINT8: u32 = 0;
-    pub const INT8: u32 = 1;
-    pub const UINT16: u32 = 2;
-    pub const INT16: u32 = 3;
-    pub const UINT32: u32 = 4;
-    pub const INT32: u32 = 5;
-    pub const FLOAT32: u32 = 6;
-    pub const BOOL: u32 = 7;
-    pub const STRING: u32 = 8;
-    pub const ARRAY: u32 = 9;
-    pub const UINT64: u32 = 10;
-    pub const INT64: u32 = 11;
-    pub const FLOAT64: u32 = 12;
-}
+pub use super::gguf::value_type;
 
 /// One tensor-info record to write.
 #[derive(Debug, Clone)]

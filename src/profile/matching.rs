@@ -118,32 +118,10 @@ pub fn architecture_for<'a>(
     let want = parse_capability(cc)?;
     architectures
         .iter()
-        .filter(|a| {
-            let lo = a
-                .compute_capability
-                .min
-                .as_deref()
-                .and_then(parse_capability);
-            let hi = a
-                .compute_capability
-                .max
-                .as_deref()
-                .and_then(parse_capability);
-            lo.is_none_or(|lo| want >= lo) && hi.is_none_or(|hi| want <= hi)
-        })
+        .filter(|a| a.compute_capability.contains(want))
         .min_by_key(|a| {
-            let lo = a
-                .compute_capability
-                .min
-                .as_deref()
-                .and_then(parse_capability)
-                .unwrap_or((0, 0));
-            let hi = a
-                .compute_capability
-                .max
-                .as_deref()
-                .and_then(parse_capability)
-                .unwrap_or((u32::MAX, u32::MAX));
+            let (lo, hi) = a.compute_capability.bounds();
+            let (lo, hi) = (lo.unwrap_or((0, 0)), hi.unwrap_or((u32::MAX, u32::MAX)));
             (hi.0.saturating_sub(lo.0), hi.1.saturating_sub(lo.1))
         })
         .copied()

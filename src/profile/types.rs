@@ -306,6 +306,20 @@ pub struct CapabilityRange {
     pub max: Option<String>,
 }
 
+impl CapabilityRange {
+    /// The bounds as (major, minor); an unparsable bound counts as open (validation reports it).
+    pub fn bounds(&self) -> (Option<(u32, u32)>, Option<(u32, u32)>) {
+        let parse = |s: &Option<String>| s.as_deref().and_then(crate::hardware::parse_capability);
+        (parse(&self.min), parse(&self.max))
+    }
+
+    /// Whether compute capability `cc` (major, minor) lies in the range.
+    pub fn contains(&self, cc: (u32, u32)) -> bool {
+        let (lo, hi) = self.bounds();
+        lo.is_none_or(|lo| cc >= lo) && hi.is_none_or(|hi| cc <= hi)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrecisionRule {

@@ -538,17 +538,7 @@ fn check_set(set: &ProfileSet, with_builtin_rules: bool, diags: &mut Vec<Diagnos
             continue;
         };
         if let Some(cc) = h.compute_capability.as_deref().and_then(parse_capability) {
-            let lo = a
-                .compute_capability
-                .min
-                .as_deref()
-                .and_then(parse_capability);
-            let hi = a
-                .compute_capability
-                .max
-                .as_deref()
-                .and_then(parse_capability);
-            if lo.is_some_and(|lo| cc < lo) || hi.is_some_and(|hi| cc > hi) {
+            if !a.compute_capability.contains(cc) {
                 d(
                     "/compute_capability",
                     format!(
