@@ -306,15 +306,18 @@ pub struct CapabilityRange {
     pub max: Option<String>,
 }
 
+/// A compute capability as (major, minor).
+pub type Capability = (u32, u32);
+
 impl CapabilityRange {
-    /// The bounds as (major, minor); an unparsable bound counts as open (validation reports it).
-    pub fn bounds(&self) -> (Option<(u32, u32)>, Option<(u32, u32)>) {
+    /// The bounds; an unparsable bound counts as open (validation reports it).
+    pub fn bounds(&self) -> (Option<Capability>, Option<Capability>) {
         let parse = |s: &Option<String>| s.as_deref().and_then(crate::hardware::parse_capability);
         (parse(&self.min), parse(&self.max))
     }
 
     /// Whether compute capability `cc` (major, minor) lies in the range.
-    pub fn contains(&self, cc: (u32, u32)) -> bool {
+    pub fn contains(&self, cc: Capability) -> bool {
         let (lo, hi) = self.bounds();
         lo.is_none_or(|lo| cc >= lo) && hi.is_none_or(|hi| cc <= hi)
     }

@@ -537,16 +537,16 @@ fn check_set(set: &ProfileSet, with_builtin_rules: bool, diags: &mut Vec<Diagnos
             }
             continue;
         };
-        if let Some(cc) = h.compute_capability.as_deref().and_then(parse_capability) {
-            if !a.compute_capability.contains(cc) {
-                d(
-                    "/compute_capability",
-                    format!(
-                        "compute capability {}.{} is outside architecture {arch_id}'s range",
-                        cc.0, cc.1
-                    ),
-                );
-            }
+        if let Some(cc) = h.compute_capability.as_deref().and_then(parse_capability)
+            && !a.compute_capability.contains(cc)
+        {
+            d(
+                "/compute_capability",
+                format!(
+                    "compute capability {}.{} is outside architecture {arch_id}'s range",
+                    cc.0, cc.1
+                ),
+            );
         }
         let (Some(sms), Some(clk)) = (h.sms, h.boost_clock_mhz) else {
             continue;
