@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod hardware;
+pub mod memory;
 pub mod model;
 pub mod profile;
 pub mod yaml;

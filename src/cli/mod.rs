@@ -4,6 +4,7 @@
 //! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
 //! fits · 4 invalid input file (model, profile, database).
 
+mod estimate;
 mod inspect;
 mod probe;
 mod profiles;
@@ -67,6 +68,9 @@ enum RawCommand {
         #[command(subcommand)]
         command: RawProfilesCommand,
     },
+    /// Estimate llama.cpp's memory per device (weights, repacked copies, KV cache, compute and output
+    /// buffers, runtime overhead) for a model and llama.cpp's own flags. Paste your llama.cpp flags.
+    Estimate(estimate::RawEstimate),
     /// Print a JSON Schema: hardware-profile, workload, rules or inventory.
     Schema {
         /// Schema name.
@@ -181,6 +185,7 @@ enum Command {
     ProfilesList(OutputFormat),
     ProfilesShow(String, OutputFormat),
     Schema(String),
+    Estimate(estimate::Settings),
 }
 
 /// An error with its exit code and, when a fix is known, a hint.
@@ -239,6 +244,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
             RawProfilesCommand::List { format } => Command::ProfilesList(format),
             RawProfilesCommand::Show { id, format } => Command::ProfilesShow(id, format),
         },
+        RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Schema { name } => {
             if crate::profile::schema::by_name(&name).is_none() {
                 let names: Vec<&str> = crate::profile::schema::NAMES
@@ -292,6 +298,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::ProfilesValidate(paths) => profiles::validate(&common, &paths),
         Command::ProfilesList(format) => profiles::list(&common, format),
         Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
+        Command::Estimate(s) => estimate::run(&common, &s),
         Command::Schema(name) => {
             write_stdout(&crate::profile::schema::render(&name).unwrap_or_default())
         }
@@ -311,7 +318,7 @@ fn report(f: &Failure) {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let raw = match RawArgs::try_parse() {
+    let raw = match RawArgs::try_parse_from(estimate::llama_flags(std::env::args_os())) {
         Ok(raw) => raw,
         Err(e) => {
             let code = if e.use_stderr() {

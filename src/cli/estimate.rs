@@ -1,0 +1,313 @@
+//! `optimizer estimate`: llama.cpp's memory per device, with llama.cpp's own flag names so a user can paste
+//! their command line (`-c`, `-b`, `-ub`, `-np`, `-fa`, `-ctk`, `-ctv`, `-ngl`, `-ts`, `-nkvo`, `--no-mmap`).
+
+use std::ffi::OsString;
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::inspect::human_bytes;
+use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
+use crate::memory::llama_cpp::{
+    self, CACHE_TYPES, Estimate, FlashAttn, GpuTarget, Machine, Params,
+};
+use crate::model::GgmlType;
+use crate::profile::{DeviceKind, ProfileSet, RuleTable};
+
+/// llama.cpp spells several short flags with more than one letter (`-ub`, `-ngl`); clap's short flags are one
+/// letter, so those tokens are rewritten to their long forms before parsing.
+pub fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    const MAP: &[(&str, &str)] = &[
+        ("-ub", "--ubatch-size"),
+        ("-np", "--parallel"),
+        ("-fa", "--flash-attn"),
+        ("-ctk", "--cache-type-k"),
+        ("-ctv", "--cache-type-v"),
+        ("-ngl", "--n-gpu-layers"),
+        ("-ts", "--tensor-split"),
+        ("-nkvo", "--no-kv-offload"),
+        ("-kvu", "--kv-unified"),
+    ];
+    args.map(|a| {
+        let Some(s) = a.to_str() else { return a };
+        for (short, long) in MAP {
+            if s == *short {
+                return OsString::from(*long);
+            }
+            if let Some(rest) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                return OsString::from(format!("{long}={rest}"));
+            }
+        }
+        a
+    })
+    .collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RawFlashAttn {
+    On,
+    Off,
+    Auto,
+}
+
+#[derive(Debug, Args)]
+pub struct RawEstimate {
+    /// The model (.gguf, any shard of a split model).
+    #[arg(short = 'm', long)]
+    model: PathBuf,
+    /// Context size; 0 uses the model's trained context (llama.cpp's default).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    ctx_size: u32,
+    /// Logical batch size.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    batch_size: u32,
+    /// Physical batch size (-ub).
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    ubatch_size: u32,
+    /// Parallel sequences (-np).
+    #[arg(long, default_value_t = 1)]
+    parallel: u32,
+    /// One KV stream shared by all sequences (-kvu).
+    #[arg(long = "kv-unified")]
+    kv_unified: bool,
+    /// Flash attention (-fa).
+    #[arg(long = "flash-attn", value_enum, default_value_t = RawFlashAttn::Auto)]
+    flash_attn: RawFlashAttn,
+    /// K cache type (-ctk): f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1.
+    #[arg(long = "cache-type-k", default_value = "f16")]
+    cache_type_k: String,
+    /// V cache type (-ctv).
+    #[arg(long = "cache-type-v", default_value = "f16")]
+    cache_type_v: String,
+    /// Layers on GPUs (-ngl), the output layer counted; -1 or more than the model has: all.
+    #[arg(long = "n-gpu-layers", default_value_t = -1, allow_negative_numbers = true)]
+    n_gpu_layers: i32,
+    /// Proportions per GPU (-ts), e.g. 3,1.
+    #[arg(long = "tensor-split", value_delimiter = ',')]
+    tensor_split: Vec<f64>,
+    /// Keep the KV cache on the host (-nkvo).
+    #[arg(long = "no-kv-offload")]
+    no_kv_offload: bool,
+    /// Read weights into memory instead of mapping the file.
+    #[arg(long = "no-mmap")]
+    no_mmap: bool,
+    /// Disable CPU weight repacking.
+    #[arg(long = "no-repack")]
+    no_repack: bool,
+    /// Keep the routed experts of the first N layers on the CPU.
+    #[arg(long = "n-cpu-moe", default_value_t = 0)]
+    n_cpu_moe: u32,
+    /// Full-size cache for sliding-window layers.
+    #[arg(long = "swa-full")]
+    swa_full: bool,
+    /// Plan for a profiled machine instead of this one: ID or Nx:ID (e.g. 2x:rtx-3090, cpu-x86-64-avx2-ddr5-dual-channel).
+    #[arg(long, conflicts_with = "inventory")]
+    hardware: Option<String>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug)]
+pub struct Settings {
+    model: PathBuf,
+    params: Params,
+    hardware: Option<(u32, String)>,
+    format: OutputFormat,
+}
+
+fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
+    CACHE_TYPES
+        .iter()
+        .copied()
+        .find(|t| t.name().eq_ignore_ascii_case(v))
+        .ok_or_else(|| {
+            let names: Vec<String> = CACHE_TYPES
+                .iter()
+                .map(|t| t.name().to_lowercase())
+                .collect();
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("{flag} {v:?} is not a cache type llama.cpp accepts"),
+            )
+            .hint(format!("one of: {}", names.join(", ")))
+        })
+}
+
+pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
+    let hardware = match raw.hardware {
+        None => None,
+        Some(h) => Some(match h.split_once("x:") {
+            Some((n, id)) => {
+                let n: u32 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    Failure::new(
+                        exit::USAGE,
+                        anyhow::anyhow!("--hardware {h:?}: expected ID or Nx:ID with N >= 1"),
+                    )
+                })?;
+                (n, id.to_string())
+            }
+            None => (1, h),
+        }),
+    };
+    Ok(Settings {
+        model: raw.model,
+        params: Params {
+            n_ctx: raw.ctx_size,
+            n_batch: raw.batch_size,
+            n_ubatch: raw.ubatch_size,
+            n_parallel: raw.parallel,
+            kv_unified: raw.kv_unified,
+            type_k: cache_type("-ctk", &raw.cache_type_k)?,
+            type_v: cache_type("-ctv", &raw.cache_type_v)?,
+            flash_attn: match raw.flash_attn {
+                RawFlashAttn::On => FlashAttn::On,
+                RawFlashAttn::Off => FlashAttn::Off,
+                RawFlashAttn::Auto => FlashAttn::Auto,
+            },
+            n_gpu_layers: raw.n_gpu_layers,
+            tensor_split: raw.tensor_split,
+            no_kv_offload: raw.no_kv_offload,
+            mmap: !raw.no_mmap,
+            repack: !raw.no_repack,
+            n_cpu_moe: raw.n_cpu_moe,
+            swa_full: raw.swa_full,
+        },
+        hardware,
+        format: raw.format,
+    })
+}
+
+/// Per-GPU runtime overhead for llama.cpp from the memory-reserve rules (the CUDA context row).
+pub fn gpu_overhead(set: &ProfileSet) -> (u64, Option<String>) {
+    for e in &set.rules {
+        if let RuleTable::MemoryReserves { rules, .. } = &e.value
+            && let Some(r) = rules.iter().find(|r| r.id == "gpu-llama-cpp-cuda-context")
+        {
+            return (r.fixed_bytes, Some(r.id.clone()));
+        }
+    }
+    (0, None)
+}
+
+fn machine(
+    common: &Common,
+    s: &Settings,
+    set: &ProfileSet,
+    notes: &mut Vec<String>,
+) -> Result<Machine, Failure> {
+    let (overhead, rule) = gpu_overhead(set);
+    if let Some(rule) = rule {
+        notes.push(format!("per-GPU overhead from rule {rule}"));
+    }
+    if let Some((n, id)) = &s.hardware {
+        let p = set.hardware(id).ok_or_else(|| {
+            Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))
+                .hint("`optimizer profiles list` shows every id")
+        })?;
+        let p = &p.value;
+        return Ok(match p.kind {
+            DeviceKind::Gpu => {
+                notes.push(format!(
+                    "planning for {n}x {id}: the host CPU is unknown, so no CPU weight repacking is predicted"
+                ));
+                Machine {
+                    cpu_features: Vec::new(),
+                    gpus: (0..*n)
+                        .map(|_| GpuTarget {
+                            name: p.name.clone(),
+                            free_bytes: p.memory.size_bytes.unwrap_or(0),
+                            overhead_bytes: overhead,
+                        })
+                        .collect(),
+                }
+            }
+            DeviceKind::Cpu | DeviceKind::Soc => {
+                if p.kind == DeviceKind::Soc {
+                    notes.push(format!("{id} is a unified-memory SoC; its GPU backend is not modelled, so this is the CPU estimate"));
+                }
+                Machine {
+                    cpu_features: p
+                        .cpu
+                        .as_ref()
+                        .map(|c| c.features.clone())
+                        .unwrap_or_default(),
+                    gpus: Vec::new(),
+                }
+            }
+        });
+    }
+    let (inv, _) = common.inventory()?;
+    Ok(Machine {
+        cpu_features: inv.cpu.features.clone(),
+        gpus: inv
+            .gpus
+            .iter()
+            .filter(|g| g.vendor == crate::hardware::GpuVendor::Nvidia)
+            .map(|g| GpuTarget {
+                name: g.name.clone(),
+                free_bytes: g.memory_free_bytes,
+                overhead_bytes: overhead,
+            })
+            .collect(),
+    })
+}
+
+pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+    let spec = crate::model::load(&s.model)?;
+    let set = common.profiles()?;
+    let mut notes = Vec::new();
+    let m = machine(common, s, &set, &mut notes)?;
+    let mut est =
+        llama_cpp::estimate(&spec, &s.params, &m).map_err(|e| Failure::new(exit::USAGE, e))?;
+    est.notes.extend(notes);
+    let text = match s.format {
+        OutputFormat::Table => table(&est),
+        f => render(&est, f)?,
+    };
+    write_stdout(&text)
+}
+
+fn table(e: &Estimate) -> String {
+    let mut o = String::new();
+    let r = &e.resolved;
+    let _ = writeln!(
+        o,
+        "{} — n_ctx {} ({} per sequence × {} stream{}), n_batch {}, n_ubatch {}, flash attention {}{}",
+        e.engine,
+        r.n_ctx,
+        r.n_ctx_seq,
+        r.n_stream,
+        if r.n_stream == 1 { "" } else { "s" },
+        r.n_batch,
+        r.n_ubatch,
+        if r.flash_attn { "on" } else { "off" },
+        r.swa_cells
+            .map(|c| format!(", sliding-window cache {c} cells"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        o,
+        "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "device", "weights", "repacked", "kv cache", "compute", "output", "overhead", "total"
+    );
+    for d in &e.devices {
+        let _ = writeln!(
+            o,
+            "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            d.device,
+            human_bytes(d.weights_bytes),
+            human_bytes(d.weights_repack_bytes),
+            human_bytes(d.kv_cache_bytes),
+            human_bytes(d.compute_bytes),
+            human_bytes(d.output_bytes),
+            human_bytes(d.overhead_bytes),
+            human_bytes(d.total_bytes)
+        );
+    }
+    let _ = writeln!(o, "{:<8} {:>103}", "total", human_bytes(e.total_bytes));
+    for n in &e.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    o
+}

@@ -1,0 +1,631 @@
+//! llama.cpp's memory use per device, computed from the model's exact tensors and the runtime parameters, with
+//! the engine's own parameter names and rules. Pinned engine: llama.cpp 0c1e5709 as vendored by the registry
+//! package `llama-cpp-python==0.3.36`; every rule below cites the engine source it follows.
+//!
+//! What is exact and what is modelled: weights, repacked weights, KV cache, recurrent state and the output
+//! buffer follow the engine's allocation arithmetic byte for byte. The compute buffer is the peak of the
+//! engine's graph allocator, which depends on the order the graph frees tensors; it is modelled as the largest
+//! live set among the graph's phases (attention, feed-forward, output) and checked against the measured table
+//! in `tests/fixtures/llama-cpp/`.
+
+use serde::Serialize;
+
+use crate::model::{Dtype, GgmlType, ModelSpec, PerLayer, Role, TensorInfo};
+
+/// The engine these rules follow.
+pub const ENGINE: &str = "llama.cpp 0c1e5709 (llama-cpp-python 0.3.36)";
+
+/// Flash attention setting (`-fa on|off|auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashAttn {
+    On,
+    Off,
+    Auto,
+}
+
+/// Parameters, named and defaulted as llama.cpp's `common_params` (common/common.h).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    /// `-c`: context size; 0 means the model's trained context (`n_ctx == 0`, common.h L452).
+    pub n_ctx: u32,
+    /// `-b`: logical batch size (default 2048).
+    pub n_batch: u32,
+    /// `-ub`: physical batch size (default 512).
+    pub n_ubatch: u32,
+    /// `-np`: parallel sequences (default 1).
+    pub n_parallel: u32,
+    /// `--kv-unified`: one KV stream shared by all sequences (default off).
+    pub kv_unified: bool,
+    /// `-ctk` / `-ctv` (default f16).
+    pub type_k: GgmlType,
+    pub type_v: GgmlType,
+    /// `-fa` (default auto).
+    pub flash_attn: FlashAttn,
+    /// `-ngl`: layers on GPUs, counting the output layer as llama.cpp does; negative means all.
+    pub n_gpu_layers: i32,
+    /// `-ts`: proportions per GPU; empty means by free memory (llama-model.cpp L1557-1574).
+    pub tensor_split: Vec<f64>,
+    /// `-nkvo`: keep the KV cache on the host.
+    pub no_kv_offload: bool,
+    /// `--no-mmap` clears it.
+    pub mmap: bool,
+    /// `--no-repack` clears it: CPU weight repacking into the `CPU_REPACK` buffer.
+    pub repack: bool,
+    /// `--n-cpu-moe N`: keep the routed experts of the first N layers on the CPU.
+    pub n_cpu_moe: u32,
+    /// `--swa-full`: full-size cache for sliding-window layers.
+    pub swa_full: bool,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            n_ctx: 0,
+            n_batch: 2048,
+            n_ubatch: 512,
+            n_parallel: 1,
+            kv_unified: false,
+            type_k: GgmlType::F16,
+            type_v: GgmlType::F16,
+            flash_attn: FlashAttn::Auto,
+            n_gpu_layers: -1,
+            tensor_split: Vec::new(),
+            no_kv_offload: false,
+            mmap: true,
+            repack: true,
+            n_cpu_moe: 0,
+            swa_full: false,
+        }
+    }
+}
+
+/// A GPU the model may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuTarget {
+    pub name: String,
+    pub free_bytes: u64,
+    /// Fixed per-device runtime overhead (CUDA context, cuBLAS workspace) from the memory-reserve rules.
+    pub overhead_bytes: u64,
+}
+
+/// The machine as the memory model needs it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Machine {
+    /// CPU SIMD features (decide which weight types repack).
+    pub cpu_features: Vec<String>,
+    pub gpus: Vec<GpuTarget>,
+}
+
+/// Parameters the engine refuses or silently changes. Messages say which.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    #[error(
+        "-ub {n_ubatch} is larger than -b {n_batch}: llama.cpp would silently use -ub {n_batch}; pass -ub {n_batch} or raise -b"
+    )]
+    UbatchOverBatch { n_ubatch: u32, n_batch: u32 },
+    #[error("-b and -ub must be at least 1")]
+    ZeroBatch,
+    #[error("-np must be at least 1")]
+    ZeroParallel,
+    #[error(
+        "a quantized V cache ({type_v}) needs flash attention, and -fa off disables it: llama.cpp refuses to create the context (\"V cache quantization requires flash_attn\")"
+    )]
+    QuantizedVWithoutFlashAttn { type_v: &'static str },
+    #[error(
+        "cache type {0} is not one llama.cpp accepts for -ctk/-ctv (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"
+    )]
+    CacheType(&'static str),
+    #[error("-c 0 asks for the model's trained context, but the model does not declare one")]
+    NoTrainedContext,
+    #[error("the model does not declare {0}, which the KV cache size depends on")]
+    MissingHparam(&'static str),
+    #[error("-ts names {given} devices but {gpus} GPUs are present")]
+    TensorSplit { given: usize, gpus: usize },
+}
+
+/// Memory on one device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceMemory {
+    /// `cpu` for the host, `cuda:N` for GPUs.
+    pub device: String,
+    pub weights_bytes: u64,
+    /// Host copies made by CPU weight repacking (`CPU_REPACK` buffer), in addition to the mapped file.
+    pub weights_repack_bytes: u64,
+    pub kv_cache_bytes: u64,
+    pub compute_bytes: u64,
+    pub output_bytes: u64,
+    pub overhead_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl DeviceMemory {
+    fn finish(mut self) -> Self {
+        self.total_bytes = self.weights_bytes
+            + self.weights_repack_bytes
+            + self.kv_cache_bytes
+            + self.compute_bytes
+            + self.output_bytes
+            + self.overhead_bytes;
+        self
+    }
+}
+
+/// What the engine resolves the parameters to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resolved {
+    pub n_ctx: u32,
+    pub n_ctx_seq: u32,
+    pub n_stream: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub n_seq_max: u32,
+    pub flash_attn: bool,
+    /// Cells of the sliding-window cache, when the model has sliding-window layers.
+    pub swa_cells: Option<u32>,
+    /// Layers on GPUs, the output layer counted (0 on a CPU-only machine).
+    pub n_gpu_layers: u32,
+    pub mmap: bool,
+    pub repack: bool,
+}
+
+/// The estimate: per-device memory, in the JSON contract of the README.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    pub runtime: &'static str,
+    pub engine: &'static str,
+    pub resolved: Resolved,
+    pub devices: Vec<DeviceMemory>,
+    pub total_bytes: u64,
+    /// What the engine does that the user may not expect (clamped values, repacked types).
+    pub notes: Vec<String>,
+}
+
+/// Types `-ctk`/`-ctv` accept (common/arg.cpp `kv_cache_types`).
+pub const CACHE_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::IQ4_NL,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
+
+/// `GGML_PAD(x, n)`.
+fn pad(x: u64, n: u64) -> u64 {
+    x.div_ceil(n) * n
+}
+
+/// The KV cache pads the context to 256 cells (llama-context.cpp L290, L296).
+const KV_PAD: u64 = 256;
+
+/// Bytes of one row of `n` elements of `t` (`ggml_row_size`).
+pub fn row_size(t: GgmlType, n: u64) -> u64 {
+    t.tensor_bytes(&[n]).unwrap_or(0)
+}
+
+/// Where a tensor's layer lives: the input layer (always the CPU), a block, or the output layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Input,
+    Block(u32),
+    Output,
+}
+
+fn slot(t: &TensorInfo) -> Slot {
+    match (t.layer, t.role) {
+        (Some(l), _) => Slot::Block(l),
+        (None, Role::Embedding) => Slot::Input,
+        (None, _) if t.name.starts_with("token_embd") || t.name.starts_with("token_types") => {
+            Slot::Input
+        }
+        (None, Role::Output) => Slot::Output,
+        (None, _) if t.name.starts_with("output") || t.name.starts_with("cls") => Slot::Output,
+        // Other tensors outside blocks (rope_freqs) belong to the repeating layers (LLM_TENSOR_LAYER_REPEATING).
+        (None, _) => Slot::Block(0),
+    }
+}
+
+/// Whether the CPU backend repacks a weight of this type and shape into `CPU_REPACK`
+/// (ggml-cpu/repack.cpp `ggml_repack_get_optimal_repack_type` and `supports_op`): 2-D matmul weights and 3-D
+/// expert weights whose row count divides by the kernel's interleave, for types the CPU's features support.
+pub fn repacks(t: &TensorInfo, cpu_features: &[String]) -> bool {
+    let Dtype::Ggml(ty) = t.dtype else {
+        return false;
+    };
+    let has = |f: &str| cpu_features.iter().any(|x| x == f);
+    // ggml ne[1] is the second-innermost dimension: shape is row-major, so it is the second from the end.
+    let dims = t.shape.len();
+    let ne1 = if dims >= 2 { t.shape[dims - 2] } else { 1 };
+    let matmul = match t.slot_kind() {
+        TensorKind::MatmulWeight => dims == 2,
+        TensorKind::ExpertWeight => dims == 3,
+        TensorKind::Other => false,
+    };
+    if !matmul {
+        return false;
+    }
+    let (avx2, avx512) = (has("avx2"), has("avx512f"));
+    let (neon, i8mm, dotprod) = (has("neon"), has("i8mm"), has("dotprod"));
+    match ty {
+        GgmlType::Q4_0 => (avx2 && ne1 % 8 == 0) || (neon && (i8mm || dotprod) && ne1 % 4 == 0),
+        GgmlType::Q4_K => (avx2 || (neon && (i8mm || dotprod))) && ne1 % 8 == 0,
+        GgmlType::Q2_K => avx512 && ne1 % 8 == 0,
+        GgmlType::Q5_K | GgmlType::Q6_K => neon && (i8mm || dotprod) && ne1 % 8 == 0,
+        GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            (avx2 && ne1 % 8 == 0) || (neon && dotprod && ne1 % 4 == 0)
+        }
+        GgmlType::Q8_0 | GgmlType::Q1_0 => neon && (i8mm || dotprod) && ne1 % 4 == 0,
+        _ => false,
+    }
+}
+
+/// How a weight is used by the graph, as far as placement cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TensorKind {
+    MatmulWeight,
+    ExpertWeight,
+    Other,
+}
+
+trait Kind {
+    fn slot_kind(&self) -> TensorKind;
+}
+
+impl Kind for TensorInfo {
+    fn slot_kind(&self) -> TensorKind {
+        if !self.name.ends_with(".weight") {
+            return TensorKind::Other;
+        }
+        match self.role {
+            Role::Expert if self.shape.len() == 3 => TensorKind::ExpertWeight,
+            // GET_ROWS reads the token embedding; norms are element-wise; convolutions are SSM_CONV.
+            Role::Embedding | Role::Norm | Role::QuantState => TensorKind::Other,
+            _ if self.name.contains("conv1d") || self.name.contains("ssm_a") => TensorKind::Other,
+            _ => TensorKind::MatmulWeight,
+        }
+    }
+}
+
+/// Which device holds block `il` (or the output layer, `il == n_layer`): llama-model.cpp L1589-1600.
+/// `None` is the CPU; `Some(i)` GPU i.
+fn layer_device(il: u32, n_layer: u32, gpu_layers: u32, splits: &[f64]) -> Option<usize> {
+    let i_gpu_start = (n_layer + 1).saturating_sub(gpu_layers);
+    if splits.is_empty() || il < i_gpu_start || il - i_gpu_start >= gpu_layers {
+        return None;
+    }
+    let x = f64::from(il - i_gpu_start) / f64::from(gpu_layers);
+    // upper_bound: the first split point greater than x.
+    let i = splits
+        .iter()
+        .position(|&s| s > x)
+        .unwrap_or(splits.len() - 1);
+    Some(i)
+}
+
+/// Cumulative, normalized split points (llama-model.cpp L1579-1587).
+fn split_points(weights: &[f64]) -> Vec<f64> {
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    weights
+        .iter()
+        .map(|w| {
+            acc += w;
+            if total > 0.0 { acc / total } else { 0.0 }
+        })
+        .collect()
+}
+
+fn device_name(d: Option<usize>) -> String {
+    match d {
+        None => "cpu".into(),
+        Some(i) => format!("cuda:{i}"),
+    }
+}
+
+/// Estimates per-device memory for running `model` with `params` on `machine`.
+pub fn estimate(
+    model: &ModelSpec,
+    params: &Params,
+    machine: &Machine,
+) -> Result<Estimate, ParamError> {
+    let h = &model.hparams;
+    let mut notes = Vec::new();
+    if params.n_batch == 0 || params.n_ubatch == 0 {
+        return Err(ParamError::ZeroBatch);
+    }
+    if params.n_parallel == 0 {
+        return Err(ParamError::ZeroParallel);
+    }
+    if params.n_ubatch > params.n_batch {
+        return Err(ParamError::UbatchOverBatch {
+            n_ubatch: params.n_ubatch,
+            n_batch: params.n_batch,
+        });
+    }
+    for t in [params.type_k, params.type_v] {
+        if !CACHE_TYPES.contains(&t) {
+            return Err(ParamError::CacheType(t.name()));
+        }
+    }
+    if !params.tensor_split.is_empty() && params.tensor_split.len() != machine.gpus.len() {
+        return Err(ParamError::TensorSplit {
+            given: params.tensor_split.len(),
+            gpus: machine.gpus.len(),
+        });
+    }
+    // Flash attention: `auto` resolves to on when every device supports it for this model; the CPU backend
+    // always does (llama-context.cpp, flash_attn_type auto resolution).
+    let flash_attn = match params.flash_attn {
+        FlashAttn::On => true,
+        FlashAttn::Off => false,
+        FlashAttn::Auto => true,
+    };
+    if !flash_attn && params.type_v.is_quantized() {
+        return Err(ParamError::QuantizedVWithoutFlashAttn {
+            type_v: params.type_v.name(),
+        });
+    }
+
+    // Context: llama-context.cpp L286-306.
+    let n_ctx_train = h.context_length.map(|c| c as u32);
+    let n_ctx = if params.n_ctx == 0 {
+        n_ctx_train.ok_or(ParamError::NoTrainedContext)?
+    } else {
+        params.n_ctx
+    };
+    let n_seq = params.n_parallel;
+    let n_ctx = pad(u64::from(n_ctx), KV_PAD) as u32;
+    let (n_ctx, n_ctx_seq) = if params.kv_unified {
+        (n_ctx, n_ctx)
+    } else {
+        let per = pad(u64::from(n_ctx / n_seq), KV_PAD) as u32;
+        if per * n_seq != n_ctx {
+            notes.push(format!(
+                "llama.cpp rounds n_ctx to {} so each of the {n_seq} sequences gets {per} cells",
+                per * n_seq
+            ));
+        }
+        (per * n_seq, per)
+    };
+    let n_stream = if params.kv_unified { 1 } else { n_seq };
+    let n_ubatch = params.n_ubatch;
+
+    let n_layer = h
+        .block_count
+        .ok_or(ParamError::MissingHparam("block_count"))? as u32;
+    let gpus = &machine.gpus;
+    let max_gpu_layers = n_layer + 1;
+    let gpu_layers = if gpus.is_empty() {
+        0
+    } else if params.n_gpu_layers < 0 {
+        max_gpu_layers
+    } else {
+        let asked = params.n_gpu_layers as u32;
+        if asked > max_gpu_layers {
+            notes.push(format!(
+                "-ngl {asked} exceeds the model's {max_gpu_layers} layers (the output layer counted); llama.cpp offloads all {max_gpu_layers}"
+            ));
+        }
+        asked.min(max_gpu_layers)
+    };
+    let splits = if gpus.is_empty() {
+        Vec::new()
+    } else if params.tensor_split.is_empty() {
+        split_points(&gpus.iter().map(|g| g.free_bytes as f64).collect::<Vec<_>>())
+    } else {
+        split_points(&params.tensor_split)
+    };
+    let dev_of = |slot: Slot| -> Option<usize> {
+        match slot {
+            Slot::Input => None,
+            Slot::Block(il) => layer_device(
+                il.min(n_layer.saturating_sub(1)),
+                n_layer,
+                gpu_layers,
+                &splits,
+            ),
+            Slot::Output => layer_device(n_layer, n_layer, gpu_layers, &splits),
+        }
+    };
+
+    let n_dev = gpus.len() + 1;
+    let idx = |d: Option<usize>| d.map_or(0, |i| i + 1);
+    let mut mem: Vec<DeviceMemory> = (0..n_dev)
+        .map(|i| DeviceMemory {
+            device: device_name(if i == 0 { None } else { Some(i - 1) }),
+            ..DeviceMemory::default()
+        })
+        .collect();
+
+    // Weights.
+    let repack = params.repack;
+    let mut repacked_types = std::collections::BTreeSet::new();
+    for t in &model.tensors {
+        let s = slot(t);
+        let mut d = dev_of(s);
+        // --n-cpu-moe keeps the routed experts of the first N layers on the CPU.
+        if t.role == Role::Expert
+            && let Slot::Block(il) = s
+            && il < params.n_cpu_moe
+        {
+            d = None;
+        }
+        let m = &mut mem[idx(d)];
+        if d.is_none() && repack && repacks(t, &machine.cpu_features) {
+            m.weights_repack_bytes += t.bytes;
+            repacked_types.insert(t.dtype.name());
+        } else {
+            m.weights_bytes += t.bytes;
+        }
+    }
+    // Tied output: the output projection reuses token_embd; on a GPU output layer the engine loads a duplicate
+    // there (TENSOR_DUPLICATED, llama-model.cpp).
+    if h.tied_embeddings
+        && let Some(od) = dev_of(Slot::Output)
+        && let Some(embd) = model.tensor("token_embd.weight")
+    {
+        mem[od + 1].weights_bytes += embd.bytes;
+    }
+    if !repacked_types.is_empty() {
+        notes.push(format!(
+            "CPU weights of type {} are repacked into CPU_REPACK copies (disable with --no-repack)",
+            repacked_types.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+
+    // KV cache and recurrent state.
+    let head_count = h
+        .head_count
+        .as_ref()
+        .ok_or(ParamError::MissingHparam("head_count"))?;
+    let head_kv = h
+        .head_count_kv
+        .clone()
+        .unwrap_or_else(|| head_count.clone());
+    let n_embd = h
+        .embedding_length
+        .ok_or(ParamError::MissingHparam("embedding_length"))?;
+    let head_dim_default = n_embd / head_count.max().max(1);
+    let n_embd_head_k = h.key_length.unwrap_or(head_dim_default);
+    let n_embd_head_v = h.value_length.unwrap_or(head_dim_default);
+    let swa_cells = (!h.sliding_window_layers.is_empty()).then(|| {
+        // llama-kv-cache-iswa.cpp L73-80.
+        let n_swa = h.sliding_window.unwrap_or(0);
+        if params.swa_full {
+            n_ctx_seq
+        } else {
+            let want =
+                n_swa * u64::from(if params.kv_unified { n_seq } else { 1 }) + u64::from(n_ubatch);
+            pad(want.min(u64::from(n_ctx_seq)), KV_PAD) as u32
+        }
+    });
+    for il in 0..n_layer {
+        let l = il as usize;
+        if h.recurrent_layers.get(l).copied().unwrap_or(false) {
+            continue;
+        }
+        let kv_heads = head_kv.get(l).unwrap_or(0);
+        if kv_heads == 0 {
+            continue;
+        }
+        let cells = match swa_cells {
+            Some(c) if h.sliding_window_layers.get(l).copied().unwrap_or(false) => c,
+            _ => n_ctx_seq,
+        };
+        let k = row_size(params.type_k, n_embd_head_k * kv_heads);
+        let v = row_size(params.type_v, n_embd_head_v * kv_heads);
+        let bytes = (k + v) * u64::from(cells) * u64::from(n_stream);
+        let d = if params.no_kv_offload {
+            None
+        } else {
+            dev_of(Slot::Block(il))
+        };
+        mem[idx(d)].kv_cache_bytes += bytes;
+    }
+    if let Some(ssm) = &h.ssm {
+        // llama-memory-recurrent: per recurrent layer, conv state n_embd_r and SSM state n_embd_s in f32, one
+        // cell per sequence (llama-hparams.cpp n_embd_r / n_embd_s).
+        let d_conv = ssm.conv_kernel.unwrap_or(0);
+        let d_inner = ssm.inner_size.unwrap_or(0);
+        let d_state = ssm.state_size.unwrap_or(0);
+        let n_group = ssm.group_count.unwrap_or(0);
+        let r = d_conv.saturating_sub(1) * (d_inner + 2 * n_group * d_state);
+        let s = d_state * d_inner;
+        for il in 0..n_layer {
+            if h.recurrent_layers
+                .get(il as usize)
+                .copied()
+                .unwrap_or(false)
+            {
+                let bytes = (r + s) * 4 * u64::from(n_seq);
+                let d = if params.no_kv_offload {
+                    None
+                } else {
+                    dev_of(Slot::Block(il))
+                };
+                mem[idx(d)].kv_cache_bytes += bytes;
+            }
+        }
+    }
+
+    // Output buffer: logits for n_seq_max outputs at context creation, on the host (llama-context.cpp
+    // output_reserve, L2116-2170).
+    let n_vocab = h
+        .vocab_size
+        .ok_or(ParamError::MissingHparam("vocab_size"))?;
+    mem[0].output_bytes = n_vocab * u64::from(n_seq) * 4;
+
+    // Compute buffers.
+    let resolved = Resolved {
+        n_ctx,
+        n_ctx_seq,
+        n_stream,
+        n_batch: params.n_batch,
+        n_ubatch,
+        n_seq_max: n_seq,
+        flash_attn,
+        swa_cells,
+        n_gpu_layers: gpu_layers,
+        mmap: params.mmap,
+        repack,
+    };
+    let compute = compute_bytes(
+        model,
+        &resolved,
+        n_embd,
+        n_vocab,
+        &head_kv,
+        head_count,
+        n_embd_head_k,
+        n_embd_head_v,
+        params,
+    );
+    mem[0].compute_bytes = compute;
+    for (i, g) in gpus.iter().enumerate() {
+        mem[i + 1].overhead_bytes = g.overhead_bytes;
+    }
+    let devices: Vec<DeviceMemory> = mem.into_iter().map(DeviceMemory::finish).collect();
+    let total_bytes = devices.iter().map(|d| d.total_bytes).sum();
+    Ok(Estimate {
+        runtime: "llama.cpp",
+        engine: ENGINE,
+        resolved,
+        devices,
+        total_bytes,
+        notes,
+    })
+}
+
+/// Peak of the compute graph for one micro-batch (see the module doc).
+#[allow(clippy::too_many_arguments)]
+fn compute_bytes(
+    model: &ModelSpec,
+    r: &Resolved,
+    n_embd: u64,
+    n_vocab: u64,
+    head_kv: &PerLayer,
+    head_count: &PerLayer,
+    n_embd_head_k: u64,
+    n_embd_head_v: u64,
+    params: &Params,
+) -> u64 {
+    let _ = (model, head_kv, n_embd_head_v, params);
+    let n_tokens = u64::from(r.n_ubatch.min(r.n_ctx));
+    let n_outputs = n_tokens;
+    let n_head = head_count.max();
+    let n_kv = u64::from(r.n_ctx_seq);
+    let f32b = 4u64;
+    // Output phase: the final hidden states and the logits of every output.
+    let output = (n_vocab * n_outputs + n_embd * n_tokens) * f32b;
+    // Attention phase: without flash attention the KQ scores for every head are materialized in f32.
+    let attention = if r.flash_attn {
+        (n_embd_head_k * n_head * n_tokens) * f32b * 2
+    } else {
+        n_kv * n_tokens * n_head * f32b + n_embd * n_tokens * f32b * 2
+    };
+    output.max(attention)
+}
