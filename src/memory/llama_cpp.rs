@@ -600,7 +600,25 @@ pub fn estimate(
     })
 }
 
-/// Peak of the compute graph for one micro-batch (see the module doc).
+/// Bytes of an f32 activation element.
+const F32: u64 = 4;
+/// Bytes of an f16 element (the attention mask under flash attention).
+const F16: u64 = 2;
+
+/// Activations of width `n_embd` live at the attention peak besides the scores: the layer input, its norm, Q,
+/// K, V and the attention output, measured as 5.5 rows of `n_embd` for Llama-3-8B on the pinned engine
+/// (compute buffer minus scores minus mask, at every context and micro-batch of the measured grid).
+const ATTN_LIVE_ROWS_X2: u64 = 11;
+/// Per-token i32 inputs alive at the attention peak.
+const INPUT_ROWS_I32: u64 = 5;
+/// Activations of width `n_embd` live at the output peak besides the logits: the final hidden states and
+/// their norm.
+const OUTPUT_LIVE_ROWS: u64 = 2;
+
+/// Peak of the compute graph for one micro-batch, the largest of three phases (see the module doc):
+/// output (logits for every token of the worst-case micro-batch, which llama.cpp reserves with
+/// `n_outputs = n_tokens`), attention (without flash attention the f32 scores of every head plus the mask), and
+/// the feed-forward block.
 #[allow(clippy::too_many_arguments)]
 fn compute_bytes(
     model: &ModelSpec,
@@ -613,19 +631,39 @@ fn compute_bytes(
     n_embd_head_v: u64,
     params: &Params,
 ) -> u64 {
-    let _ = (model, head_kv, n_embd_head_v, params);
-    let n_tokens = u64::from(r.n_ubatch.min(r.n_ctx));
-    let n_outputs = n_tokens;
+    let _ = (head_kv, n_embd_head_k, n_embd_head_v, params);
+    let h = &model.hparams;
+    // sched_reserve: n_tokens = min(n_ctx, n_ubatch) (llama-context.cpp L629).
+    let t = u64::from(r.n_ubatch.min(r.n_ctx));
     let n_head = head_count.max();
-    let n_kv = u64::from(r.n_ctx_seq);
-    let f32b = 4u64;
-    // Output phase: the final hidden states and the logits of every output.
-    let output = (n_vocab * n_outputs + n_embd * n_tokens) * f32b;
-    // Attention phase: without flash attention the KQ scores for every head are materialized in f32.
-    let attention = if r.flash_attn {
-        (n_embd_head_k * n_head * n_tokens) * f32b * 2
+    let row = n_embd * t * F32;
+    let output = n_vocab * t * F32 + OUTPUT_LIVE_ROWS * row;
+    // The scores span the cells one stream attends to; every token of the micro-batch belongs to one stream.
+    let full_kv = u64::from(r.n_ctx_seq);
+    let swa_kv = r.swa_cells.map(u64::from);
+    let any_full = h.sliding_window_layers.is_empty() || h.sliding_window_layers.iter().any(|s| !s);
+    let n_kv = if any_full {
+        full_kv
     } else {
-        n_kv * n_tokens * n_head * f32b + n_embd * n_tokens * f32b * 2
+        swa_kv.unwrap_or(full_kv)
     };
-    output.max(attention)
+    // Integer inputs live through the attention phase: token ids, positions, output ids and two more
+    // per-token index vectors (measured: 0.01 MiB at 512 tokens, 0.04 MiB at 2048).
+    let inputs = INPUT_ROWS_I32 * t * 4;
+    let attention = if r.flash_attn {
+        n_kv * t * F16 + ATTN_LIVE_ROWS_X2 * row / 2 + inputs
+    } else {
+        n_kv * t * n_head * F32 + n_kv * t * F32 + ATTN_LIVE_ROWS_X2 * row / 2 + inputs
+    };
+    let n_ff = h.feed_forward_length.as_ref().map_or(0, PerLayer::max);
+    let dense_ffn = 2 * n_ff * t * F32 + 2 * row;
+    let moe_ffn = match (
+        h.expert_feed_forward_length
+            .or(h.feed_forward_length.as_ref().map(PerLayer::max)),
+        h.expert_used_count,
+    ) {
+        (Some(f), Some(k)) if h.expert_count.unwrap_or(0) > 0 => 2 * f * k * t * F32 + 2 * row,
+        _ => 0,
+    };
+    output.max(attention).max(dense_ffn).max(moe_ffn)
 }
