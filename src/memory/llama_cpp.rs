@@ -573,7 +573,7 @@ pub fn estimate(
         mmap: params.mmap,
         repack,
     };
-    let compute = compute_bytes(
+    let phases = compute_bytes(
         model,
         &resolved,
         n_embd,
@@ -584,7 +584,45 @@ pub fn estimate(
         n_embd_head_v,
         params,
     );
-    mem[0].compute_bytes = compute;
+    let mut holds_blocks = vec![false; n_dev];
+    for il in 0..n_layer {
+        holds_blocks[idx(dev_of(Slot::Block(il)))] = true;
+    }
+    let output_dev = idx(dev_of(Slot::Output));
+    for (d, m) in mem.iter_mut().enumerate() {
+        let mut peak = 0;
+        if holds_blocks[d] {
+            peak = peak.max(phases.layers);
+        }
+        if d == output_dev {
+            peak = peak.max(phases.output);
+        }
+        if d == 0 && !gpus.is_empty() {
+            peak = peak.max(phases.host_inputs);
+        }
+        m.compute_bytes = peak;
+    }
+    if !gpus.is_empty() {
+        let t = u64::from(n_ubatch.min(n_ctx));
+        // Host-resident matmul weights are copied to the first GPU for large batches; the largest one bounds
+        // what that GPU's compute buffer must add.
+        let largest_host_matmul = model
+            .tensors
+            .iter()
+            .filter(|t| t.slot_kind() != TensorKind::Other && dev_of(slot(t)).is_none())
+            .filter(|t| !(t.role == Role::Expert && params.n_cpu_moe > 0))
+            .map(|t| t.bytes)
+            .max()
+            .unwrap_or(0);
+        if t >= OP_OFFLOAD_MIN_BATCH && largest_host_matmul > 0 && gpu_layers > 0 {
+            mem[1].compute_bytes += largest_host_matmul;
+        }
+        notes.push(
+            "GPU compute buffers are modelled from the CPU measurements and the engine's op-offload rule; \
+             no CUDA build has been measured yet"
+                .into(),
+        );
+    }
     for (i, g) in gpus.iter().enumerate() {
         mem[i + 1].overhead_bytes = g.overhead_bytes;
     }
@@ -630,7 +668,7 @@ fn compute_bytes(
     n_embd_head_k: u64,
     n_embd_head_v: u64,
     params: &Params,
-) -> u64 {
+) -> Phases {
     let _ = (head_kv, n_embd_head_k, n_embd_head_v, params);
     let h = &model.hparams;
     // sched_reserve: n_tokens = min(n_ctx, n_ubatch) (llama-context.cpp L629).
@@ -665,5 +703,26 @@ fn compute_bytes(
         (Some(f), Some(k)) if h.expert_count.unwrap_or(0) > 0 => 2 * f * k * t * F32 + 2 * row,
         _ => 0,
     };
-    output.max(attention).max(dense_ffn).max(moe_ffn)
+    Phases {
+        output,
+        layers: attention.max(dense_ffn).max(moe_ffn),
+        // With the layers elsewhere the host keeps the embedding rows it looked up, the mask and the inputs.
+        host_inputs: row + n_kv * t * if r.flash_attn { F16 } else { F32 } + inputs,
+    }
 }
+
+/// Peak compute bytes of the graph's phases.
+#[derive(Debug, Clone, Copy)]
+struct Phases {
+    /// Logits and final hidden states: on the device holding the output layer.
+    output: u64,
+    /// The larger of attention and feed-forward: on every device holding blocks.
+    layers: u64,
+    /// What the host holds when every layer is elsewhere.
+    host_inputs: u64,
+}
+
+/// The engine offloads a matmul whose weights stay on the host to the first GPU once a micro-batch has at
+/// least this many tokens (ggml-cuda `offload_op`: `min_batch_size = 32`), copying the weight into that GPU's
+/// compute buffer.
+const OP_OFFLOAD_MIN_BATCH: u64 = 32;

@@ -1,0 +1,285 @@
+//! `optimizer estimate`: the JSON contract, llama.cpp's flag spellings, placement across devices, and the
+//! parameters the engine refuses or changes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use optimizer::memory::llama_cpp::{FlashAttn, GpuTarget, Machine, Params, estimate, row_size};
+use optimizer::model::{self, GgmlType};
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_optimizer"))
+        .arg("--inventory")
+        .arg(fixture("inventories/cpu-server.yaml"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn json_contract_and_llama_cpp_flag_spellings() {
+    let m = fixture("gguf/llama-q4_k_m.gguf");
+    let v = json(&run(&[
+        "estimate",
+        "-m",
+        m.to_str().unwrap(),
+        "-c",
+        "1024",
+        "-b",
+        "512",
+        "-ub",
+        "256",
+        "-np",
+        "2",
+        "-fa",
+        "on",
+        "-ctk",
+        "q8_0",
+        "-ctv=q8_0",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(v["runtime"], "llama.cpp");
+    let devices = v["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1);
+    let d = &devices[0];
+    assert_eq!(d["device"], "cpu");
+    for k in [
+        "weights_bytes",
+        "weights_repack_bytes",
+        "kv_cache_bytes",
+        "compute_bytes",
+        "output_bytes",
+        "overhead_bytes",
+        "total_bytes",
+    ] {
+        assert!(d[k].is_u64(), "{k}");
+    }
+    let sum: u64 = [
+        "weights_bytes",
+        "weights_repack_bytes",
+        "kv_cache_bytes",
+        "compute_bytes",
+        "output_bytes",
+        "overhead_bytes",
+    ]
+    .iter()
+    .map(|k| d[k].as_u64().unwrap())
+    .sum();
+    assert_eq!(d["total_bytes"].as_u64().unwrap(), sum);
+    assert_eq!(v["total_bytes"], d["total_bytes"]);
+    // The fixture: 2 layers, 2 KV heads of 32 → 64 K and 64 V values per cell, q8_0 rows of 68 bytes.
+    // Two sequences of 512 cells each (1024 / 2, padded to 256).
+    let r = &v["resolved"];
+    assert_eq!(r["n_ctx_seq"], 512);
+    assert_eq!(r["n_stream"], 2);
+    let kv = 2 * (row_size(GgmlType::Q8_0, 64) * 2) * 512 * 2;
+    assert_eq!(d["kv_cache_bytes"].as_u64().unwrap(), kv);
+    // Logits for one output per sequence: 320 tokens × 2 × 4 bytes.
+    assert_eq!(d["output_bytes"], 320 * 2 * 4);
+    // Every tensor's bytes are on the CPU, mapped or repacked.
+    let spec = model::load(&m).unwrap();
+    assert_eq!(
+        d["weights_bytes"].as_u64().unwrap() + d["weights_repack_bytes"].as_u64().unwrap(),
+        spec.tensor_bytes()
+    );
+}
+
+#[test]
+fn impossible_parameters_exit_2_saying_what_the_engine_does() {
+    let m = fixture("gguf/llama-q4_k_m.gguf");
+    let m = m.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["-b", "256", "-ub", "512"],
+            "llama.cpp would silently use -ub 256",
+        ),
+        (&["-fa", "off", "-ctv", "q4_0"], "needs flash attention"),
+        (&["-ctk", "q3_k"], "not a cache type"),
+        (&["-np", "0"], "-np must be at least 1"),
+        (&["--hardware", "no-such-gpu"], "no hardware profile"),
+        (&["--hardware", "0x:rtx-3090"], "Nx:ID"),
+    ];
+    for (flags, needle) in cases {
+        let mut args = vec!["estimate", "-m", m];
+        args.extend_from_slice(flags);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(needle), "{flags:?}: {err}");
+        assert!(o.stdout.is_empty());
+    }
+    let o = run(&[
+        "estimate",
+        "-m",
+        fixture("gguf/quirk-q8_1.gguf").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(4));
+}
+
+#[test]
+fn context_zero_means_the_trained_context_as_in_llama_cpp() {
+    let m = fixture("gguf/llama-q4_k_m.gguf");
+    let v = json(&run(&[
+        "estimate",
+        "-m",
+        m.to_str().unwrap(),
+        "-c",
+        "0",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(v["resolved"]["n_ctx"], 8192);
+}
+
+#[test]
+fn layers_offload_from_the_last_with_the_output_layer_counted() {
+    let spec = model::load(&fixture("gguf/llama-q4_k_m.gguf")).unwrap();
+    let gpu = |free| GpuTarget {
+        name: "gpu".into(),
+        free_bytes: free,
+        overhead_bytes: 1 << 20,
+    };
+    let machine = Machine {
+        cpu_features: vec![],
+        gpus: vec![gpu(8 << 30)],
+    };
+    let at = |ngl: i32| {
+        estimate(
+            &spec,
+            &Params {
+                n_ctx: 512,
+                n_gpu_layers: ngl,
+                flash_attn: FlashAttn::On,
+                ..Params::default()
+            },
+            &machine,
+        )
+        .unwrap()
+    };
+    let layer_bytes = |i: usize| spec.layers[i].bytes;
+    let output = spec.tensor("output.weight").unwrap().bytes
+        + spec.tensor("output_norm.weight").unwrap().bytes;
+    // -ngl 1: only the output layer moves.
+    let e = at(1);
+    assert_eq!(e.devices[1].weights_bytes, output);
+    assert_eq!(e.devices[1].kv_cache_bytes, 0);
+    // -ngl 2: the last block too, with its KV cache.
+    let e = at(2);
+    assert_eq!(e.devices[1].weights_bytes, output + layer_bytes(1));
+    assert!(e.devices[1].kv_cache_bytes > 0);
+    assert_eq!(e.devices[1].overhead_bytes, 1 << 20);
+    // All layers (and -ngl 99, as llama.cpp users write it): only the token embedding stays on the host.
+    for ngl in [-1, 3, 99] {
+        let e = at(ngl);
+        let embd = spec.tensor("token_embd.weight").unwrap().bytes;
+        assert_eq!(e.devices[0].weights_bytes, embd, "ngl {ngl}");
+        assert_eq!(e.devices[0].kv_cache_bytes, 0);
+    }
+    assert!(at(99).notes.iter().any(|n| n.contains("-ngl 99")));
+    // Two GPUs with equal free memory: split points 0.5 and 1.0 over 3 offloaded layers put blocks 0 and 1
+    // (at 0 and 1/3) on the first GPU and the output layer (at 2/3) on the second (llama-model.cpp upper_bound).
+    let two = Machine {
+        cpu_features: vec![],
+        gpus: vec![gpu(4 << 30), gpu(4 << 30)],
+    };
+    let e = estimate(
+        &spec,
+        &Params {
+            n_ctx: 512,
+            ..Params::default()
+        },
+        &two,
+    )
+    .unwrap();
+    assert_eq!(e.devices.len(), 3);
+    assert_eq!(e.devices[1].weights_bytes, layer_bytes(0) + layer_bytes(1));
+    assert_eq!(e.devices[2].weights_bytes, output);
+    let all: u64 = e
+        .devices
+        .iter()
+        .map(|d| d.weights_bytes + d.weights_repack_bytes)
+        .sum();
+    assert_eq!(all, spec.tensor_bytes());
+}
+
+#[test]
+fn repacking_follows_the_cpu_features() {
+    let spec = model::load(&fixture("gguf/llama-q4_k_m.gguf")).unwrap();
+    let p = Params {
+        n_ctx: 512,
+        ..Params::default()
+    };
+    let avx2 = Machine {
+        cpu_features: vec!["avx2".into()],
+        gpus: vec![],
+    };
+    let none = Machine::default();
+    let with = estimate(&spec, &p, &avx2).unwrap();
+    let without = estimate(&spec, &p, &none).unwrap();
+    // Q4_K block weights (rows a multiple of 8) repack on AVX2; Q6_K and F32 do not, nor the token embedding.
+    let q4k_blocks: u64 = spec
+        .tensors
+        .iter()
+        .filter(|t| t.dtype.name() == "Q4_K" && t.layer.is_some())
+        .map(|t| t.bytes)
+        .sum();
+    assert_eq!(with.devices[0].weights_repack_bytes, q4k_blocks);
+    assert_eq!(without.devices[0].weights_repack_bytes, 0);
+    let no_repack = estimate(
+        &spec,
+        &Params {
+            repack: false,
+            ..p.clone()
+        },
+        &avx2,
+    )
+    .unwrap();
+    assert_eq!(no_repack.devices[0].weights_repack_bytes, 0);
+}
+
+#[test]
+fn sliding_window_layers_get_the_smaller_cache() {
+    let spec = model::load(&fixture("gguf/gemma2-q5_k.gguf")).unwrap();
+    let e = estimate(
+        &spec,
+        &Params {
+            n_ctx: 32768,
+            ..Params::default()
+        },
+        &Machine::default(),
+    )
+    .unwrap();
+    let h = &spec.hparams;
+    let window = h.sliding_window.unwrap();
+    // llama-kv-cache-iswa.cpp: pad(min(n_ctx_seq, n_swa + n_ubatch), 256).
+    let swa = (window + 512).div_ceil(256) * 256;
+    assert_eq!(e.resolved.swa_cells, Some(swa.min(32768) as u32));
+    let full = estimate(
+        &spec,
+        &Params {
+            n_ctx: 32768,
+            swa_full: true,
+            ..Params::default()
+        },
+        &Machine::default(),
+    )
+    .unwrap();
+    assert!(full.devices[0].kv_cache_bytes > e.devices[0].kv_cache_bytes);
+}
