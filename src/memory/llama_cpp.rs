@@ -378,6 +378,9 @@ pub fn estimate(
         params.n_ctx
     };
     let n_seq = params.n_parallel;
+    // llama-context.cpp L246-248: the batch is capped by the context as given, the micro-batch by the batch.
+    let n_batch = params.n_batch.min(n_ctx);
+    let n_ubatch = params.n_ubatch.min(n_batch);
     let n_ctx = pad(u64::from(n_ctx), KV_PAD) as u32;
     let (n_ctx, n_ctx_seq) = if params.kv_unified {
         (n_ctx, n_ctx)
@@ -392,7 +395,6 @@ pub fn estimate(
         (per * n_seq, per)
     };
     let n_stream = if params.kv_unified { 1 } else { n_seq };
-    let n_ubatch = params.n_ubatch;
 
     let n_layer = h
         .block_count
@@ -564,7 +566,7 @@ pub fn estimate(
         n_ctx,
         n_ctx_seq,
         n_stream,
-        n_batch: params.n_batch,
+        n_batch,
         n_ubatch,
         n_seq_max: n_seq,
         flash_attn,
@@ -643,20 +645,27 @@ const F32: u64 = 4;
 /// Bytes of an f16 element (the attention mask under flash attention).
 const F16: u64 = 2;
 
-/// Activations of width `n_embd` live at the attention peak besides the scores: the layer input, its norm, Q,
-/// K, V and the attention output, measured as 5.5 rows of `n_embd` for Llama-3-8B on the pinned engine
-/// (compute buffer minus scores minus mask, at every context and micro-batch of the measured grid).
-const ATTN_LIVE_ROWS_X2: u64 = 11;
+/// Rows of `n_embd` activations live at the attention peak besides the scores and the mask: five of width
+/// `n_embd` (layer input, norm, Q, attention output, residual) and two of width `n_embd_k_gqa` (K and V of the
+/// micro-batch). Fitted on the pinned engine: 5.5 rows for Llama-3-8B (GQA 4) and 7 for Llama-2-7B (MHA) at
+/// every context and micro-batch of the measured table.
+const ATTN_EMBD_ROWS: u64 = 5;
+const ATTN_KV_ROWS: u64 = 2;
+/// Rows live at the feed-forward peak besides the three `n_ff`-wide activations (gate, up, their product):
+/// input, norm, output and residual; without flash attention one more (the transposed-V attention output).
+/// Fitted: Llama-2-7B (dense) and Mixtral-8x7B (MoE, 2 of 8 experts: `n_ff` × experts used) alike.
+const FFN_EMBD_ROWS: u64 = 4;
+const FFN_WIDE_ACTIVATIONS: u64 = 3;
 /// Per-token i32 inputs alive at the attention peak.
 const INPUT_ROWS_I32: u64 = 5;
 /// Activations of width `n_embd` live at the output peak besides the logits: the final hidden states and
 /// their norm.
 const OUTPUT_LIVE_ROWS: u64 = 2;
 
-/// Peak of the compute graph for one micro-batch, the largest of three phases (see the module doc):
-/// output (logits for every token of the worst-case micro-batch, which llama.cpp reserves with
-/// `n_outputs = n_tokens`), attention (without flash attention the f32 scores of every head plus the mask), and
-/// the feed-forward block.
+/// Peak of the compute graph for one micro-batch, the largest of its phases (see the module doc). Output: logits
+/// for every token of the worst-case micro-batch (llama.cpp reserves with `n_outputs = n_tokens`). Blocks: the
+/// attention (without flash attention the f32 scores of every head) or the feed-forward, whichever is larger,
+/// plus the attention mask, an input that stays allocated through every block.
 #[allow(clippy::too_many_arguments)]
 fn compute_bytes(
     model: &ModelSpec,
@@ -669,45 +678,54 @@ fn compute_bytes(
     n_embd_head_v: u64,
     params: &Params,
 ) -> Phases {
-    let _ = (head_kv, n_embd_head_k, n_embd_head_v, params);
+    let _ = n_embd_head_v;
     let h = &model.hparams;
     // sched_reserve: n_tokens = min(n_ctx, n_ubatch) (llama-context.cpp L629).
     let t = u64::from(r.n_ubatch.min(r.n_ctx));
     let n_head = head_count.max();
+    let n_embd_k_gqa = n_embd_head_k * head_kv.max();
     let row = n_embd * t * F32;
     let output = n_vocab * t * F32 + OUTPUT_LIVE_ROWS * row;
-    // The scores span the cells one stream attends to; every token of the micro-batch belongs to one stream.
+    // The scores span the cells of one stream; the micro-batch's tokens are spread over the streams.
     let full_kv = u64::from(r.n_ctx_seq);
-    let swa_kv = r.swa_cells.map(u64::from);
     let any_full = h.sliding_window_layers.is_empty() || h.sliding_window_layers.iter().any(|s| !s);
     let n_kv = if any_full {
         full_kv
     } else {
-        swa_kv.unwrap_or(full_kv)
+        r.swa_cells.map_or(full_kv, u64::from)
     };
-    // Integer inputs live through the attention phase: token ids, positions, output ids and two more
-    // per-token index vectors (measured: 0.01 MiB at 512 tokens, 0.04 MiB at 2048).
     let inputs = INPUT_ROWS_I32 * t * 4;
-    let attention = if r.flash_attn {
-        n_kv * t * F16 + ATTN_LIVE_ROWS_X2 * row / 2 + inputs
+    let mask = n_kv * t * if r.flash_attn { F16 } else { F32 };
+    // A quantized K cache takes the micro-batch's K straight into the quantizing copy: one f32 K row fewer
+    // (measured: -8 MiB at 512 tokens, -32 MiB at 2048 for Llama-2-7B, fa off).
+    let kv_rows = if params.type_k.is_quantized() {
+        ATTN_KV_ROWS - 1
     } else {
-        n_kv * t * n_head * F32 + n_kv * t * F32 + ATTN_LIVE_ROWS_X2 * row / 2 + inputs
+        ATTN_KV_ROWS
     };
-    let n_ff = h.feed_forward_length.as_ref().map_or(0, PerLayer::max);
-    let dense_ffn = 2 * n_ff * t * F32 + 2 * row;
-    let moe_ffn = match (
-        h.expert_feed_forward_length
-            .or(h.feed_forward_length.as_ref().map(PerLayer::max)),
-        h.expert_used_count,
-    ) {
-        (Some(f), Some(k)) if h.expert_count.unwrap_or(0) > 0 => 2 * f * k * t * F32 + 2 * row,
-        _ => 0,
+    let attn_rows = ATTN_EMBD_ROWS * row + kv_rows * n_embd_k_gqa * t * F32;
+    let attention = if r.flash_attn {
+        attn_rows
+    } else {
+        n_kv * t * n_head * F32 + attn_rows
     };
+    let wide = match (h.expert_count, h.expert_used_count) {
+        (Some(n), Some(k)) if n > 0 => {
+            h.expert_feed_forward_length
+                .or(h.feed_forward_length.as_ref().map(PerLayer::max))
+                .unwrap_or(0)
+                * k
+        }
+        _ => h.feed_forward_length.as_ref().map_or(0, PerLayer::max),
+    };
+    let ffn = FFN_WIDE_ACTIVATIONS * wide * t * F32
+        + FFN_EMBD_ROWS * row
+        + if r.flash_attn { 0 } else { row };
     Phases {
         output,
-        layers: attention.max(dense_ffn).max(moe_ffn),
+        layers: attention.max(ffn) + mask + inputs,
         // With the layers elsewhere the host keeps the embedding rows it looked up, the mask and the inputs.
-        host_inputs: row + n_kv * t * if r.flash_attn { F16 } else { F32 } + inputs,
+        host_inputs: row + mask + inputs,
     }
 }
 
