@@ -283,3 +283,78 @@ fn sliding_window_layers_get_the_smaller_cache() {
     .unwrap();
     assert!(full.devices[0].kv_cache_bytes > e.devices[0].kv_cache_bytes);
 }
+
+#[test]
+fn per_layer_kv_heads_and_transposed_v_follow_the_engine() {
+    // OpenELM-style per-layer KV heads: with flash attention each layer's V is its own width; without it V is
+    // stored transposed at the widest layer's width (llama-kv-cache.cpp n_embd_v_gqa_max).
+    let spec = model::load(&fixture("gguf/per-layer-kv.gguf")).unwrap();
+    let h = &spec.hparams;
+    let heads = h.head_count_kv.clone().unwrap();
+    let n = h.block_count.unwrap() as usize;
+    let hd = h
+        .key_length
+        .unwrap_or(h.embedding_length.unwrap() / h.head_count.as_ref().unwrap().max());
+    let vd = h.value_length.unwrap_or(hd);
+    let cells = 512u64;
+    let kv = |fa: bool| {
+        estimate(
+            &spec,
+            &Params {
+                n_ctx: 512,
+                flash_attn: if fa { FlashAttn::On } else { FlashAttn::Off },
+                ..Params::default()
+            },
+            &Machine::default(),
+        )
+        .unwrap()
+        .devices[0]
+            .kv_cache_bytes
+    };
+    let k: u64 = (0..n)
+        .map(|l| row_size(GgmlType::F16, hd * heads.get(l).unwrap()))
+        .sum();
+    let v_own: u64 = (0..n)
+        .map(|l| row_size(GgmlType::F16, vd * heads.get(l).unwrap()))
+        .sum();
+    let v_max = n as u64 * row_size(GgmlType::F16, vd * heads.max());
+    assert_eq!(kv(true), (k + v_own) * cells);
+    assert_eq!(kv(false), (k + v_max) * cells);
+}
+
+#[test]
+fn mla_caches_hold_the_latent_k_only() {
+    use optimizer::model::gguf_builder::{GgufBuilder, write_sparse};
+    // DeepSeek-V2-Lite-shaped MLA: one latent KV head of 512 + 64 (kv_lora_rank + rope), 27 layers.
+    let mut b = GgufBuilder::new();
+    b.kv_str("general.architecture", "deepseek2")
+        .kv_u32("deepseek2.block_count", 27)
+        .kv_u32("deepseek2.context_length", 163_840)
+        .kv_u32("deepseek2.embedding_length", 2048)
+        .kv_u32("deepseek2.attention.head_count", 16)
+        .kv_u32("deepseek2.attention.head_count_kv", 1)
+        .kv_u32("deepseek2.attention.key_length", 576)
+        .kv_u32("deepseek2.attention.value_length", 512)
+        .kv_u32("deepseek2.attention.key_length_mla", 192)
+        .kv_u32("deepseek2.attention.value_length_mla", 128)
+        .kv_u32("deepseek2.attention.kv_lora_rank", 512)
+        .kv_u32("deepseek2.vocab_size", 102_400);
+    b.tensor("token_embd.weight", &[2048, 102_400], 0, 2048 * 102_400 * 4);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mla.gguf");
+    write_sparse(&b, &path).unwrap();
+    let spec = model::load(&path).unwrap();
+    let e = estimate(
+        &spec,
+        &Params {
+            n_ctx: 4096,
+            ..Params::default()
+        },
+        &Machine::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        e.devices[0].kv_cache_bytes,
+        27 * row_size(GgmlType::F16, 576) * 4096
+    );
+}

@@ -197,9 +197,20 @@ fn machine(
     notes: &mut Vec<String>,
 ) -> Result<Machine, Failure> {
     let (overhead, rule) = gpu_overhead(set);
-    if let Some(rule) = rule {
+    let m = machine_inner(common, s, set, notes, overhead)?;
+    if let Some(rule) = rule.filter(|_| !m.gpus.is_empty()) {
         notes.push(format!("per-GPU overhead from rule {rule}"));
     }
+    Ok(m)
+}
+
+fn machine_inner(
+    common: &Common,
+    s: &Settings,
+    set: &ProfileSet,
+    notes: &mut Vec<String>,
+    overhead: u64,
+) -> Result<Machine, Failure> {
     if let Some((n, id)) = &s.hardware {
         let p = set.hardware(id).ok_or_else(|| {
             Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))

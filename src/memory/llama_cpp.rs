@@ -137,6 +137,9 @@ pub struct DeviceMemory {
     pub output_bytes: u64,
     pub overhead_bytes: u64,
     pub total_bytes: u64,
+    /// Host only, with mmap: the model files the engine maps whole. Page cache the kernel can reclaim, so it
+    /// is reported beside the total rather than in it.
+    pub mapped_bytes: u64,
 }
 
 impl DeviceMemory {
@@ -464,6 +467,13 @@ pub fn estimate(
             m.weights_bytes += t.bytes;
         }
     }
+    if params.mmap {
+        mem[0].mapped_bytes = model.file_bytes();
+        notes.push(format!(
+            "with mmap the host maps the whole model file ({:.2} GiB of reclaimable page cache, not in the totals); --no-mmap reads only the host's tensors",
+            model.file_bytes() as f64 / f64::from(1u32 << 30)
+        ));
+    }
     // Tied output: the output projection reuses token_embd; on a GPU output layer the engine loads a duplicate
     // there (TENSOR_DUPLICATED, llama-model.cpp).
     if h.tied_embeddings
@@ -505,6 +515,7 @@ pub fn estimate(
             pad(want.min(u64::from(n_ctx_seq)), KV_PAD) as u32
         }
     });
+    let is_mla = h.key_length_mla.is_some() && h.value_length_mla.is_some();
     for il in 0..n_layer {
         let l = il as usize;
         if h.recurrent_layers.get(l).copied().unwrap_or(false) {
@@ -519,7 +530,15 @@ pub fn estimate(
             _ => n_ctx_seq,
         };
         let k = row_size(params.type_k, n_embd_head_k * kv_heads);
-        let v = row_size(params.type_v, n_embd_head_v * kv_heads);
+        // llama-kv-cache.cpp L209-234: an MLA cache holds the latent K only; without flash attention V is stored
+        // transposed and every layer's V is as wide as the widest (n_embd_v_gqa_max).
+        let v = if is_mla {
+            0
+        } else if flash_attn {
+            row_size(params.type_v, n_embd_head_v * kv_heads)
+        } else {
+            row_size(params.type_v, n_embd_head_v * head_kv.max())
+        };
         let bytes = (k + v) * u64::from(cells) * u64::from(n_stream);
         let d = if params.no_kv_offload {
             None

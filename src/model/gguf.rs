@@ -1293,6 +1293,8 @@ fn hparams_from_metadata(
         expert_layers: Vec::new(),
         recurrent_layers: Vec::new(),
         kv_lora_rank: u("attention.kv_lora_rank"),
+        key_length_mla: u("attention.key_length_mla"),
+        value_length_mla: u("attention.value_length_mla"),
         q_lora_rank: u("attention.q_lora_rank"),
         rope,
         ssm,

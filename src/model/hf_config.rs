@@ -143,6 +143,9 @@ fn hparams(c: &Cfg, model_type: &str) -> R<Hparams> {
         expert_layers: Vec::new(),
         recurrent_layers: Vec::new(),
         kv_lora_rank: c.u64(&["kv_lora_rank"])?,
+        // The MLA switch is a GGUF convention (converted checkpoints); a config.json never sets it.
+        key_length_mla: None,
+        value_length_mla: None,
         q_lora_rank: c.u64(&["q_lora_rank"])?,
         rope: rope(c, key_length)?,
         ssm: ssm(c, is_mamba, embedding_length)?,

@@ -362,6 +362,12 @@ pub struct Hparams {
     pub recurrent_layers: Vec<bool>,
     /// Multi-head latent attention (DeepSeek-style) ranks.
     pub kv_lora_rank: Option<u64>,
+    /// Per-head K and V sizes after MLA decompression (`attention.key_length_mla` / `value_length_mla`). Their
+    /// presence is llama.cpp's MLA switch: the KV cache then holds the latent K only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_length_mla: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_length_mla: Option<u64>,
     pub q_lora_rank: Option<u64>,
     pub rope: Option<Rope>,
     pub ssm: Option<Ssm>,
