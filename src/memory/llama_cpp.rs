@@ -470,8 +470,8 @@ pub fn estimate(
     if params.mmap {
         mem[0].mapped_bytes = model.file_bytes();
         notes.push(format!(
-            "with mmap the host maps the whole model file ({:.2} GiB of reclaimable page cache, not in the totals); --no-mmap reads only the host's tensors",
-            model.file_bytes() as f64 / f64::from(1u32 << 30)
+            "with mmap the host maps the whole model file ({:.1} MiB of reclaimable page cache, not in the totals); --no-mmap reads only the host's tensors",
+            model.file_bytes() as f64 / f64::from(1u32 << 20)
         ));
     }
     // Tied output: the output projection reuses token_embd; on a GPU output layer the engine loads a duplicate
