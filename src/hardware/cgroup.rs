@@ -134,70 +134,62 @@ pub fn read(root: &Path, proc_cgroup: &str) -> Limits {
     let m = parse_proc_cgroup(proc_cgroup);
     let mut limits = Limits::default();
     let read_file = |p: &Path| std::fs::read_to_string(p).ok();
-    let note = |limits: &mut Limits, p: &Path, e: String| {
-        limits.notes.push(format!("{}: {e}", p.display()));
-    };
+    // Every candidate file of every ancestor, with its cgroup version; the lowest limit wins.
+    let mut memory_files = Vec::new();
+    let mut cpu_files = Vec::new();
     if let Some(cg) = &m.v2 {
         for dir in ancestors(cg) {
-            let mp = join(root, "sys/fs/cgroup", &dir, "memory.max");
-            if let Some(t) = read_file(&mp) {
-                match parse_memory(&t) {
-                    Ok(Value::Limit(v)) => {
-                        if limits.memory_bytes.is_none_or(|cur| v < cur) {
-                            limits.memory_bytes = Some(v);
-                            limits.memory_bound = Some(Bound::CgroupV2);
-                        }
-                    }
-                    Ok(Value::Unlimited) => {}
-                    Err(e) => note(&mut limits, &mp, e),
-                }
-            }
-            let cp = join(root, "sys/fs/cgroup", &dir, "cpu.max");
-            if let Some(t) = read_file(&cp) {
-                match parse_cpu_max(&t) {
-                    Ok(Some(c)) if limits.cpus.is_none_or(|cur| c < cur) => {
-                        limits.cpus = Some(c);
-                        limits.cpu_bound = Some(Bound::CgroupV2);
-                    }
-                    Ok(_) => {}
-                    Err(e) => note(&mut limits, &cp, e),
-                }
-            }
+            memory_files.push((
+                join(root, "sys/fs/cgroup", &dir, "memory.max"),
+                Bound::CgroupV2,
+            ));
+            cpu_files.push((
+                join(root, "sys/fs/cgroup", &dir, "cpu.max"),
+                None,
+                Bound::CgroupV2,
+            ));
         }
     }
     if let Some(cg) = &m.v1_memory {
         for dir in ancestors(cg) {
-            let mp = join(root, "sys/fs/cgroup/memory", &dir, "memory.limit_in_bytes");
-            if let Some(t) = read_file(&mp) {
-                match parse_memory(&t) {
-                    Ok(Value::Limit(v)) => {
-                        if limits.memory_bytes.is_none_or(|cur| v < cur) {
-                            limits.memory_bytes = Some(v);
-                            limits.memory_bound = Some(Bound::CgroupV1);
-                        }
-                    }
-                    Ok(Value::Unlimited) => {}
-                    Err(e) => note(&mut limits, &mp, e),
-                }
-            }
+            let p = join(root, "sys/fs/cgroup/memory", &dir, "memory.limit_in_bytes");
+            memory_files.push((p, Bound::CgroupV1));
         }
     }
     if let Some(cg) = &m.v1_cpu {
         for dir in ancestors(cg) {
-            let base = |f: &str| join(root, "sys/fs/cgroup/cpu", &dir, f);
-            if let (Some(q), Some(p)) = (
-                read_file(&base("cpu.cfs_quota_us")),
-                read_file(&base("cpu.cfs_period_us")),
-            ) {
-                match parse_cpu_v1(&q, &p) {
-                    Ok(Some(c)) if limits.cpus.is_none_or(|cur| c < cur) => {
-                        limits.cpus = Some(c);
-                        limits.cpu_bound = Some(Bound::CgroupV1);
-                    }
-                    Ok(_) => {}
-                    Err(e) => note(&mut limits, &base("cpu.cfs_quota_us"), e),
-                }
+            let quota = join(root, "sys/fs/cgroup/cpu", &dir, "cpu.cfs_quota_us");
+            let period = join(root, "sys/fs/cgroup/cpu", &dir, "cpu.cfs_period_us");
+            cpu_files.push((quota, Some(period), Bound::CgroupV1));
+        }
+    }
+    for (path, bound) in memory_files {
+        let Some(text) = read_file(&path) else {
+            continue;
+        };
+        match parse_memory(&text) {
+            Ok(Value::Limit(v)) if limits.memory_bytes.is_none_or(|cur| v < cur) => {
+                limits.memory_bytes = Some(v);
+                limits.memory_bound = Some(bound);
             }
+            Ok(_) => {}
+            Err(e) => limits.notes.push(format!("{}: {e}", path.display())),
+        }
+    }
+    for (path, period, bound) in cpu_files {
+        let parsed = match &period {
+            None => read_file(&path).map(|t| parse_cpu_max(&t)),
+            Some(pp) => read_file(&path)
+                .zip(read_file(pp))
+                .map(|(q, p)| parse_cpu_v1(&q, &p)),
+        };
+        match parsed {
+            Some(Ok(Some(c))) if limits.cpus.is_none_or(|cur| c < cur) => {
+                limits.cpus = Some(c);
+                limits.cpu_bound = Some(bound);
+            }
+            Some(Err(e)) => limits.notes.push(format!("{}: {e}", path.display())),
+            _ => {}
         }
     }
     limits
