@@ -358,3 +358,47 @@ fn mla_caches_hold_the_latent_k_only() {
         27 * row_size(GgmlType::F16, 576) * 4096
     );
 }
+
+#[test]
+fn pipeline_parallelism_needs_every_layer_on_two_or_more_gpus() {
+    let spec = model::load(&fixture("gguf/llama-q4_k_m.gguf")).unwrap();
+    let gpu = || GpuTarget {
+        name: "gpu".into(),
+        free_bytes: 8 << 30,
+        overhead_bytes: 0,
+    };
+    let two = Machine {
+        cpu_features: vec![],
+        gpus: vec![gpu(), gpu()],
+    };
+    let p = |ngl: i32| Params {
+        n_ctx: 512,
+        n_gpu_layers: ngl,
+        ..Params::default()
+    };
+    let all = estimate(&spec, &p(-1), &two).unwrap();
+    assert!(all.resolved.pipeline_parallel);
+    let partial = estimate(&spec, &p(2), &two).unwrap();
+    assert!(!partial.resolved.pipeline_parallel);
+    let one = Machine {
+        cpu_features: vec![],
+        gpus: vec![gpu()],
+    };
+    assert!(
+        !estimate(&spec, &p(-1), &one)
+            .unwrap()
+            .resolved
+            .pipeline_parallel
+    );
+    // The first GPU holds both blocks; with pipelining it keeps three more copies of its split's inputs.
+    let no_pp = estimate(
+        &spec,
+        &Params {
+            no_kv_offload: true,
+            ..p(-1)
+        },
+        &two,
+    )
+    .unwrap();
+    assert!(all.devices[1].compute_bytes > no_pp.devices[1].compute_bytes);
+}

@@ -50,6 +50,7 @@ fn model_from(e: &Value) -> ModelSpec {
         block_count: Some(n_layer),
         vocab_size: Some(u(&hp["n_vocab"])),
         head_count: Some(PerLayer::Uniform(u(&hp["n_head"]))),
+        feed_forward_length: hp.get("n_ff").map(|v| PerLayer::Uniform(u(v))),
         head_count_kv: Some(PerLayer::Uniform(u(&hp["n_head_kv"]))),
         key_length: hp.get("n_embd_head_k").map(u),
         value_length: hp.get("n_embd_head_v").map(u),
@@ -186,4 +187,19 @@ fn kv_cache_and_output_buffers_match_public_logs_exactly() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Compute buffers are compared only with logs of a build whose graph matches the pinned engine's: DP06 (a
+/// 2025 CPU build with the iSWA cache). The older builds (DP01-DP04, DP11-DP13) reserved other graphs.
+#[test]
+fn compute_buffer_matches_a_recent_cpu_log_closely() {
+    let all = logs();
+    let e = all.iter().find(|e| e["id"] == "DP06").unwrap();
+    let est = estimate(&model_from(e), &params_from(e), &Machine::default()).unwrap();
+    let ours = est.devices[0].compute_bytes as f64 / (1u64 << 20) as f64;
+    let logged = mib(&e["other"]["CPU compute buffer"]);
+    assert!(
+        (ours - logged).abs() <= (logged * 0.05).max(16.0),
+        "ours {ours:.2}, log {logged:.2}"
+    );
 }

@@ -170,7 +170,14 @@ pub struct Resolved {
     pub n_gpu_layers: u32,
     pub mmap: bool,
     pub repack: bool,
+    /// Pipeline parallelism across GPUs: the scheduler keeps [`PIPELINE_COPIES`] copies of every split's
+    /// inputs (llama-context.cpp L430-457: more than one GPU, every layer offloaded, KV on the GPUs, no tensor
+    /// overrides).
+    pub pipeline_parallel: bool,
 }
+
+/// `GGML_SCHED_MAX_COPIES` (ggml-backend.cpp L771): input copies kept when pipelining.
+pub const PIPELINE_COPIES: u64 = 4;
 
 /// The estimate: per-device memory, in the JSON contract of the README.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -593,6 +600,10 @@ pub fn estimate(
         n_gpu_layers: gpu_layers,
         mmap: params.mmap,
         repack,
+        pipeline_parallel: gpus.len() > 1
+            && gpu_layers > n_layer
+            && !params.no_kv_offload
+            && params.n_cpu_moe == 0,
     };
     let phases = compute_bytes(
         model,
@@ -637,6 +648,19 @@ pub fn estimate(
             .unwrap_or(0);
         if t >= OP_OFFLOAD_MIN_BATCH && largest_host_matmul > 0 && gpu_layers > 0 {
             mem[1].compute_bytes += largest_host_matmul;
+        }
+        if resolved.pipeline_parallel {
+            // Each GPU's split receives the residual stream, mask and positions; the extra copies stay
+            // allocated so micro-batches can overlap across GPUs.
+            for (d, m) in mem.iter_mut().enumerate().skip(1) {
+                if holds_blocks[d] {
+                    m.compute_bytes += (PIPELINE_COPIES - 1) * phases.host_inputs;
+                }
+            }
+            notes.push(format!(
+                "pipeline parallelism across {} GPUs keeps {PIPELINE_COPIES} copies of each split's inputs",
+                gpus.len()
+            ));
         }
         notes.push(
             "GPU compute buffers are modelled from the CPU measurements and the engine's op-offload rule; \
