@@ -94,6 +94,7 @@ fn table_kind(t: &RuleTable) -> (&str, &'static str) {
         RuleTable::MemoryReserves { id, .. } => (id, "rules: memory-reserves"),
         RuleTable::CpuThreads { id, .. } => (id, "rules: cpu-threads"),
         RuleTable::GpuArchitectures { id, .. } => (id, "rules: gpu-architectures"),
+        RuleTable::Efficiency { id, .. } => (id, "rules: efficiency"),
     }
 }
 

@@ -403,6 +403,32 @@ pub struct ArchitectureRule {
     pub source: String,
 }
 
+/// Which phase of inference an efficiency applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Token generation: bound by memory bandwidth.
+    Decode,
+    /// Prompt processing: bound by matrix throughput.
+    Prefill,
+}
+
+/// The fraction of a device's peak that a runtime reaches in one phase, used until the measurement store has
+/// measured figures for the device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EfficiencyRule {
+    pub id: String,
+    pub device: ReserveTarget,
+    /// `llama.cpp`, `vllm`, or `any`.
+    pub runtime: String,
+    pub phase: Phase,
+    /// Achieved / peak: bandwidth for decode, dense tensor (GPU) or vector (CPU) FLOPS for prefill.
+    pub efficiency: f64,
+    pub why: String,
+    pub source: String,
+}
+
 /// A rule table: one kind of decision, each row with an id and a one-line why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
@@ -426,5 +452,9 @@ pub enum RuleTable {
     GpuArchitectures {
         id: String,
         rules: Vec<ArchitectureRule>,
+    },
+    Efficiency {
+        id: String,
+        rules: Vec<EfficiencyRule>,
     },
 }

@@ -280,6 +280,9 @@ fn check_rules(t: &RuleTable, v: &Value, d: &mut impl FnMut(String, String)) {
         RuleTable::CpuThreads { rules, .. } => {
             rules.iter().map(|r| (r.id.as_str(), None)).collect()
         }
+        RuleTable::Efficiency { rules, .. } => {
+            rules.iter().map(|r| (r.id.as_str(), None)).collect()
+        }
     };
     let mut ids = BTreeSet::new();
     for (i, (id, cc)) in rows.into_iter().enumerate() {
@@ -328,6 +331,16 @@ fn check_rules(t: &RuleTable, v: &Value, d: &mut impl FnMut(String, String)) {
                 }
             }
         }
+        RuleTable::Efficiency { rules, .. } => {
+            for (i, r) in rules.iter().enumerate() {
+                if !(r.efficiency > 0.0 && r.efficiency <= 1.0) {
+                    d(
+                        format!("/rules/{i}/efficiency"),
+                        format!("{} must be in (0, 1]", r.efficiency),
+                    );
+                }
+            }
+        }
         RuleTable::CpuThreads { rules, .. } => {
             for (i, r) in rules.iter().enumerate() {
                 if r.threads_per_core == 0 {
@@ -348,7 +361,8 @@ fn table_id(t: &RuleTable) -> &str {
         | RuleTable::Attention { id, .. }
         | RuleTable::MemoryReserves { id, .. }
         | RuleTable::CpuThreads { id, .. }
-        | RuleTable::GpuArchitectures { id, .. } => id,
+        | RuleTable::GpuArchitectures { id, .. }
+        | RuleTable::Efficiency { id, .. } => id,
     }
 }
 
