@@ -4,8 +4,11 @@
 //! `ARCHITECTURE.md` of the project (pure core: `model`; edges: `cli`).
 
 pub mod cli;
+pub mod emit;
 pub mod hardware;
 pub mod memory;
 pub mod model;
+pub mod perf;
+pub mod plan;
 pub mod profile;
 pub mod yaml;

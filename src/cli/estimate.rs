@@ -134,21 +134,26 @@ fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
         })
 }
 
+/// `ID` or `Nx:ID` (`2x:rtx-3090`).
+pub fn parse_hardware(h: &str) -> Result<(u32, String), Failure> {
+    match h.split_once("x:") {
+        Some((n, id)) => {
+            let n: u32 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                Failure::new(
+                    exit::USAGE,
+                    anyhow::anyhow!("--hardware {h:?}: expected ID or Nx:ID with N >= 1"),
+                )
+            })?;
+            Ok((n, id.to_string()))
+        }
+        None => Ok((1, h.to_string())),
+    }
+}
+
 pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
     let hardware = match raw.hardware {
         None => None,
-        Some(h) => Some(match h.split_once("x:") {
-            Some((n, id)) => {
-                let n: u32 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    Failure::new(
-                        exit::USAGE,
-                        anyhow::anyhow!("--hardware {h:?}: expected ID or Nx:ID with N >= 1"),
-                    )
-                })?;
-                (n, id.to_string())
-            }
-            None => (1, h),
-        }),
+        Some(h) => Some(parse_hardware(&h)?),
     };
     Ok(Settings {
         model: raw.model,

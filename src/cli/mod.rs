@@ -8,6 +8,7 @@ mod estimate;
 mod inspect;
 mod probe;
 mod profiles;
+mod resolve;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -68,6 +69,9 @@ enum RawCommand {
         #[command(subcommand)]
         command: RawProfilesCommand,
     },
+    /// The main job: plan how to run a model on this machine (or profiled GPUs) for a workload, and write the
+    /// resolved, explained deployment document.
+    Resolve(resolve::RawResolve),
     /// Estimate llama.cpp's memory per device (weights, repacked copies, KV cache, compute and output
     /// buffers, runtime overhead) for a model and llama.cpp's own flags. Paste your llama.cpp flags.
     Estimate(estimate::RawEstimate),
@@ -186,6 +190,7 @@ enum Command {
     ProfilesShow(String, OutputFormat),
     Schema(String),
     Estimate(estimate::Settings),
+    Resolve(resolve::Settings),
 }
 
 /// An error with its exit code and, when a fix is known, a hint.
@@ -245,6 +250,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
             RawProfilesCommand::Show { id, format } => Command::ProfilesShow(id, format),
         },
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
+        RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Schema { name } => {
             if crate::profile::schema::by_name(&name).is_none() {
                 let names: Vec<&str> = crate::profile::schema::NAMES
@@ -299,6 +305,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::ProfilesList(format) => profiles::list(&common, format),
         Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
         Command::Estimate(s) => estimate::run(&common, &s),
+        Command::Resolve(s) => resolve::run(&common, &s),
         Command::Schema(name) => {
             write_stdout(&crate::profile::schema::render(&name).unwrap_or_default())
         }

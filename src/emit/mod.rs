@@ -1,0 +1,294 @@
+//! The deployment document: a versioned, deterministic contract (same inputs, byte-identical output) that
+//! orchestration tools consume, with its JSON Schema generated from these types (`schemas/deployment.schema.json`)
+//! and the launch sections for llama-server, Ollama and Kubernetes. Pure: renders values, touches nothing.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::perf::Basis;
+
+/// The document's version; a breaking change to the keys bumps it.
+pub const API_VERSION: &str = "optimizer/v1";
+
+/// Whether a configuration fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    Fits,
+    /// Nothing fits: the document shows the nearest candidate and `suggestions` says what would make one fit.
+    NoFit,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ModelRef {
+    pub path: String,
+    pub format: String,
+    pub architecture: String,
+    pub parameter_count: u64,
+    pub tensor_bytes: u64,
+    pub fingerprint: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CpuRef {
+    pub model: String,
+    pub physical_cores: u32,
+    pub logical_cpus: u32,
+    pub features: Vec<String>,
+    /// Generic CPU class whose bandwidth and FLOP rate the throughput model used.
+    pub profile: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuRef {
+    pub index: u32,
+    pub name: String,
+    /// Matched hardware profile id, or `derived-…` for a heuristic profile.
+    pub profile: String,
+    pub memory_total_bytes: u64,
+    pub memory_free_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HardwareRef {
+    /// `probe`, `inventory` or `profile`.
+    pub source: String,
+    pub cpu: CpuRef,
+    pub memory_total_bytes: u64,
+    pub memory_available_bytes: u64,
+    pub gpus: Vec<GpuRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkloadRef {
+    pub preset: String,
+    pub objective: crate::profile::Objective,
+    pub concurrency: u64,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_first_token_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_per_output_token_ms: Option<f64>,
+}
+
+/// How the model is spread over the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Every layer on one GPU.
+    Gpu,
+    /// Layers split across GPUs.
+    MultiGpu,
+    /// Some layers on GPUs, the rest on the CPU.
+    Hybrid,
+    /// Every layer on GPUs but the routed experts, which stay on the CPU.
+    MoeCpu,
+    /// CPU only.
+    Cpu,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PlacementDevice {
+    pub device: String,
+    /// First and last block on the device; absent when it holds none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layers: Option<[u32; 2]>,
+    pub output_layer: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Placement {
+    pub strategy: Strategy,
+    /// llama.cpp's `-ngl`: layers on GPUs, the output layer counted.
+    pub gpu_layers: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor_split: Option<Vec<u64>>,
+    pub devices: Vec<PlacementDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Settings {
+    pub context_length: u32,
+    pub batch_size: u32,
+    pub ubatch_size: u32,
+    pub parallel: u32,
+    pub threads: u32,
+    pub flash_attention: bool,
+    pub cache_type_k: String,
+    pub cache_type_v: String,
+    pub mmap: bool,
+    pub n_cpu_moe: u32,
+    /// Compute precision the rules choose for the devices (`bf16`, `fp16`, `fp32`).
+    pub precision: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryDevice {
+    pub device: String,
+    pub weights_bytes: u64,
+    pub weights_repack_bytes: u64,
+    pub kv_cache_bytes: u64,
+    pub compute_bytes: u64,
+    pub output_bytes: u64,
+    pub overhead_bytes: u64,
+    pub total_bytes: u64,
+    /// Free memory the plan may use (GPU free memory; host available memory).
+    pub capacity_bytes: u64,
+    /// Left untouched by the rules (fit margin, OS reserve).
+    pub reserve_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryPlan {
+    pub devices: Vec<MemoryDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Performance {
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: f64,
+    pub time_to_first_token_ms: f64,
+    pub time_per_output_token_ms: f64,
+    pub basis: Basis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Argv {
+    pub argv: Vec<String>,
+}
+
+/// Ollama Modelfile `PARAMETER`s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Ollama {
+    /// Context per sequence (Ollama multiplies it by its parallel setting).
+    pub num_ctx: u32,
+    pub num_gpu: u32,
+    pub num_thread: u32,
+    pub num_batch: u32,
+}
+
+/// Kubernetes quantities (`memory: 6442450944`, `cpu: "8"`, `nvidia.com/gpu: "1"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Resources {
+    pub requests: BTreeMap<String, String>,
+    pub limits: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Kubernetes {
+    pub resources: Resources,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Launch {
+    pub llama_server: Argv,
+    pub ollama: Ollama,
+    pub kubernetes: Kubernetes,
+}
+
+/// Where a decided value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Measured,
+    Profile,
+    Rule,
+    Heuristic,
+    Probe,
+    User,
+    /// Computed by the memory or throughput model from the inputs.
+    Computed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Provenance {
+    pub source: Source,
+    pub detail: String,
+}
+
+/// A candidate that lost, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Alternative {
+    pub strategy: Strategy,
+    pub gpu_layers: u32,
+    pub context_length: u32,
+    pub ubatch_size: u32,
+    pub cache_type_k: String,
+    pub cache_type_v: String,
+    pub fits: bool,
+    pub time_per_output_token_ms: f64,
+    pub decode_tokens_per_s: f64,
+    pub total_bytes: u64,
+    pub why: String,
+}
+
+/// The resolved, explained configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Deployment {
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    pub kind: String,
+    pub status: Status,
+    pub model: ModelRef,
+    pub hardware: HardwareRef,
+    pub workload: WorkloadRef,
+    pub runtime: String,
+    pub placement: Placement,
+    pub settings: Settings,
+    pub memory: MemoryPlan,
+    pub performance: Performance,
+    pub launch: Launch,
+    pub provenance: BTreeMap<String, Provenance>,
+    pub alternatives: Vec<Alternative>,
+    /// What would make a configuration fit (only when `status` is `no-fit`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suggestions: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Rounds a float for the document so output is stable and readable (3 significant decimals).
+pub fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The llama-server command line for a plan.
+pub fn llama_server_argv(model_path: &str, s: &Settings, p: &Placement) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "llama-server".into(),
+        "-m".into(),
+        model_path.into(),
+        "-c".into(),
+        s.context_length.to_string(),
+        "-b".into(),
+        s.batch_size.to_string(),
+        "-ub".into(),
+        s.ubatch_size.to_string(),
+        "-np".into(),
+        s.parallel.to_string(),
+        "-ngl".into(),
+        p.gpu_layers.to_string(),
+        "-fa".into(),
+        if s.flash_attention { "on" } else { "off" }.into(),
+        "-ctk".into(),
+        s.cache_type_k.clone(),
+        "-ctv".into(),
+        s.cache_type_v.clone(),
+        "-t".into(),
+        s.threads.to_string(),
+    ];
+    if let Some(ts) = &p.tensor_split {
+        a.push("-ts".into());
+        a.push(ts.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
+    }
+    if s.n_cpu_moe > 0 {
+        a.push("--n-cpu-moe".into());
+        a.push(s.n_cpu_moe.to_string());
+    }
+    if !s.mmap {
+        a.push("--no-mmap".into());
+    }
+    a
+}
