@@ -153,6 +153,8 @@ pub struct Performance {
     pub time_to_first_token_ms: f64,
     pub time_per_output_token_ms: f64,
     pub basis: Basis,
+    /// The objective's score of this plan (lower is better; comparable only within one document).
+    pub score: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -222,6 +224,8 @@ pub struct Alternative {
     pub time_per_output_token_ms: f64,
     pub decode_tokens_per_s: f64,
     pub total_bytes: u64,
+    /// The objective's score (lower is better), comparable with `performance.score`.
+    pub score: f64,
     pub why: String,
 }
 

@@ -29,7 +29,21 @@ pub struct DevicePerf {
     pub flops: f64,
     pub decode_efficiency: f64,
     pub prefill_efficiency: f64,
+    /// Host only, with a GPU present: llama.cpp runs the prefill matmuls of host-resident weights on the first
+    /// GPU for micro-batches of 32+ tokens, copying the weights over PCIe (ggml-cuda `offload_op`). The GPU's
+    /// effective FLOPS and the link's bytes per second.
+    pub offload: Option<Offload>,
 }
+
+/// Where the host's prefill is offloaded to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Offload {
+    pub flops: f64,
+    pub link_bytes_per_s: f64,
+}
+
+/// Micro-batches of at least this many tokens are offloaded (ggml-cuda `min_batch_size`).
+pub const OFFLOAD_MIN_BATCH: f64 = 32.0;
 
 /// What one device holds of the model.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -86,11 +100,19 @@ fn prefill(devices: &[(DevicePerf, DeviceLoad)], tokens: f64, ubatch: f64) -> f6
         .map(|(p, l)| {
             let flops =
                 2.0 * l.active_params * tokens + l.attn_flops_per_pair * tokens * tokens / 2.0;
-            let compute = flops / (p.flops * p.prefill_efficiency);
             let reads = (tokens / ubatch).ceil().max(1.0);
+            let compute = flops / (p.flops * p.prefill_efficiency);
             let mem =
                 reads * l.weight_bytes_per_token / (p.bandwidth_bytes_per_s * p.decode_efficiency);
-            compute.max(mem)
+            let local = compute.max(mem);
+            match p.offload {
+                Some(o) if ubatch.min(tokens) >= OFFLOAD_MIN_BATCH => {
+                    // Every micro-batch copies the host's weights to the GPU and multiplies there.
+                    let copy = reads * l.weight_bytes_per_token / o.link_bytes_per_s;
+                    local.min(copy.max(flops / o.flops))
+                }
+                _ => local,
+            }
         })
         .sum()
 }
@@ -135,6 +157,7 @@ mod tests {
             flops: 100e12,
             decode_efficiency: 0.5,
             prefill_efficiency: 0.5,
+            offload: None,
         }
     }
 

@@ -79,6 +79,8 @@ const ALTERNATIVES: usize = 4;
 #[derive(Debug, Clone)]
 struct Dev {
     perf: DevicePerf,
+    /// GPUs: host-to-device bytes per second (PCIe), for the host's offloaded prefill.
+    link_bytes_per_s: Option<f64>,
     capacity: u64,
     reserve: u64,
     /// GPU index in the inventory, `None` for the host.
@@ -352,28 +354,29 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
     let mut gpus: Vec<Dev> = Vec::new();
     let mut gpu_refs = Vec::new();
     for g in inv.gpus.iter().filter(|g| g.vendor == GpuVendor::Nvidia) {
-        let (profile_id, bw, flops) = match match_gpu(g, &hw_profiles, &archs) {
+        // Prefill peak: dense FP16 tensor throughput, or the shader rate on GPUs without tensor cores.
+        let peak = |p: &HardwareProfile| {
+            p.tensor_tflops
+                .as_ref()
+                .and_then(|t| t.fp16_fp32acc)
+                .or_else(|| p.vector_tflops.as_ref().and_then(|v| v.fp16.or(v.fp32)))
+                .unwrap_or(0.0)
+                * 1e12
+        };
+        let (profile_id, bw, flops, link) = match match_gpu(g, &hw_profiles, &archs) {
             Resolution::Profile { profile, .. } => (
                 profile.id.clone(),
                 profile.memory.bandwidth_gb_s * 1e9,
-                profile
-                    .tensor_tflops
-                    .as_ref()
-                    .and_then(|t| t.fp16_fp32acc)
-                    .unwrap_or(0.0)
-                    * 1e12,
+                peak(profile),
+                profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
             ),
             Resolution::Derived { profile, notes } => {
                 warnings.extend(notes.into_iter().map(|n| format!("gpu {}: {n}", g.index)));
                 (
                     profile.id.clone(),
                     profile.memory.bandwidth_gb_s * 1e9,
-                    profile
-                        .tensor_tflops
-                        .as_ref()
-                        .and_then(|t| t.fp16_fp32acc)
-                        .unwrap_or(0.0)
-                        * 1e12,
+                    peak(&profile),
+                    profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
                 )
             }
             Resolution::Unresolved { notes } => {
@@ -385,6 +388,17 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 continue;
             }
         };
+        let link = link.or_else(|| {
+            g.pcie_generation
+                .zip(g.pcie_width)
+                .and_then(|(gen_, lanes)| {
+                    pcie_bytes_per_s(&crate::profile::Interconnect {
+                        pcie_gen: Some(gen_),
+                        pcie_lanes: Some(lanes),
+                        nvlink_gb_s: None,
+                    })
+                })
+        });
         if flops <= 0.0 {
             warnings.push(format!(
                 "gpu {} ({}): no FLOPS figure, so prefill is bounded by bandwidth only",
@@ -406,7 +420,9 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 flops: if flops > 0.0 { flops } else { f64::INFINITY },
                 decode_efficiency: gpu_eff_d.as_ref().map_or(1.0, |e| e.0),
                 prefill_efficiency: gpu_eff_p.as_ref().map_or(1.0, |e| e.0),
+                offload: None,
             },
+            link_bytes_per_s: link,
             capacity: g.memory_free_bytes,
             reserve,
             gpu: Some(g.index),
@@ -432,7 +448,9 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             flops: cpu_flops.max(1.0),
             decode_efficiency: cpu_eff_d.as_ref().map_or(1.0, |e| e.0),
             prefill_efficiency: cpu_eff_p.as_ref().map_or(1.0, |e| e.0),
+            offload: None,
         },
+        link_bytes_per_s: None,
         capacity: inv.memory.available_bytes,
         reserve: cpu_reserve,
         gpu: None,
@@ -580,9 +598,20 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             overflow = overflow.max(m.total_bytes.saturating_sub(room));
         }
         let ld = loads(model, &est, devs.len());
+        let mut host_perf = host.perf.clone();
+        if let Some(&first) = used.first() {
+            let g = &gpus[first];
+            host_perf.offload = Some(perf::Offload {
+                flops: g.perf.flops * g.perf.prefill_efficiency,
+                // Without a link figure, assume PCIe 3.0 x16, the slowest slot a discrete GPU ships in.
+                link_bytes_per_s: g.link_bytes_per_s.unwrap_or(PCIE3_X16_BYTES_PER_S),
+            });
+        }
         // Layer order: host layers come first (llama.cpp offloads from the last layer).
-        let pairs: Vec<(DevicePerf, DeviceLoad)> =
-            devs.iter().map(|d| d.perf.clone()).zip(ld).collect();
+        let pairs: Vec<(DevicePerf, DeviceLoad)> = std::iter::once(host_perf)
+            .chain(devs.iter().skip(1).map(|d| d.perf.clone()))
+            .zip(ld)
+            .collect();
         let prediction = perf::predict(&pairs, shape(ub));
         let score = score(objective, w, &prediction);
         Candidate {
@@ -809,6 +838,24 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
     ))
 }
 
+/// PCIe 3.0 x16: 8 GT/s × 128/130 encoding × 16 lanes / 8 bits = 15.75 GB/s (PCI-SIG PCIe 3.0 base spec).
+const PCIE3_X16_BYTES_PER_S: f64 = 15.75e9;
+
+/// Usable host-to-device bytes per second of a PCIe link: per-lane rate after line encoding × lanes
+/// (gen 1-2: 8b/10b at 2.5/5 GT/s; gen 3-5: 128b/130b at 8/16/32 GT/s).
+fn pcie_bytes_per_s(i: &crate::profile::Interconnect) -> Option<f64> {
+    let lanes = f64::from(i.pcie_lanes?);
+    let per_lane = match i.pcie_gen? {
+        1 => 2.5e9 * 0.8 / 8.0,
+        2 => 5e9 * 0.8 / 8.0,
+        3 => 8e9 * 128.0 / 130.0 / 8.0,
+        4 => 16e9 * 128.0 / 130.0 / 8.0,
+        5 => 32e9 * 128.0 / 130.0 / 8.0,
+        _ => return None,
+    };
+    Some(per_lane * lanes)
+}
+
 fn crate_overhead(set: &ProfileSet) -> u64 {
     set.rules
         .iter()
@@ -925,6 +972,7 @@ fn alternatives(all: &[Candidate], chosen: &Candidate) -> Vec<Alternative> {
             time_per_output_token_ms: emit::round3(c.prediction.time_per_output_token_ms.min(1e12)),
             decode_tokens_per_s: emit::round3(c.prediction.decode_tokens_per_s),
             total_bytes: c.estimate.total_bytes,
+            score: emit::round3(c.score.min(1e15)),
             why: if !c.fits {
                 format!(
                     "does not fit: {:.2} GiB over on its fullest device",
@@ -1103,6 +1151,7 @@ fn document(
             time_to_first_token_ms: emit::round3(c.prediction.time_to_first_token_ms.min(1e12)),
             time_per_output_token_ms: emit::round3(c.prediction.time_per_output_token_ms.min(1e12)),
             basis: Basis::Analytic,
+            score: emit::round3(c.score.min(1e15)),
         },
         launch,
         provenance,
