@@ -316,6 +316,19 @@ fn layer_device(il: u32, n_layer: u32, gpu_layers: u32, splits: &[f64]) -> Optio
     Some(i)
 }
 
+/// The device of every layer, blocks `0..n_layer` then the output layer at `n_layer`: `None` is the CPU,
+/// `Some(i)` GPU i, with `gpu_weights` the split proportions (free memory by default).
+pub fn layer_devices(n_layer: u32, gpu_layers: u32, gpu_weights: &[f64]) -> Vec<Option<usize>> {
+    let splits = if gpu_weights.is_empty() {
+        Vec::new()
+    } else {
+        split_points(gpu_weights)
+    };
+    (0..=n_layer)
+        .map(|il| layer_device(il, n_layer, gpu_layers, &splits))
+        .collect()
+}
+
 /// Cumulative, normalized split points (llama-model.cpp L1579-1587).
 fn split_points(weights: &[f64]) -> Vec<f64> {
     let total: f64 = weights.iter().sum();

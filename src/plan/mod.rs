@@ -668,17 +668,24 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             }
         }
     }
-    let total = |c: &Candidate| c.estimate.total_bytes;
-    let mut fitting: Vec<&Candidate> = candidates.iter().filter(|c| c.fits).collect();
-    fitting.sort_by(|a, b| {
-        let (sa, sb) = (a.score, b.score);
-        if (sa - sb).abs() <= TIE * sa.abs().max(sb.abs()) {
-            total(a).cmp(&total(b))
-        } else {
-            sa.total_cmp(&sb)
-        }
-    });
-    let (chosen, status) = match fitting.first() {
+    // The best score wins; candidates within TIE of it are ties, broken toward less memory. (A comparator that
+    // treats near scores as equal is not a total order, so the tie band is taken around the best score.)
+    let fitting: Vec<&Candidate> = candidates.iter().filter(|c| c.fits).collect();
+    let best = fitting
+        .iter()
+        .map(|c| c.score)
+        .fold(f64::INFINITY, f64::min);
+    let winner = fitting
+        .iter()
+        .filter(|c| c.score <= best + TIE * best.abs())
+        .min_by(|a, b| {
+            a.estimate
+                .total_bytes
+                .cmp(&b.estimate.total_bytes)
+                .then(a.score.total_cmp(&b.score))
+        })
+        .copied();
+    let (chosen, status) = match winner {
         Some(c) => ((*c).clone(), Status::Fits),
         None => {
             let nearest = candidates
@@ -1017,31 +1024,27 @@ fn document(
     let devs: Vec<&Dev> = std::iter::once(host)
         .chain(c.gpus.iter().map(|&i| &gpus[i]))
         .collect();
-    // Layer ranges per device, as llama.cpp assigns them (from the last layer).
-    let gpu_start = (n_layer + 1).saturating_sub(ngl);
+    // Layer ranges per device, exactly as llama.cpp assigns them (from the last layer, split by free memory).
     let per_gpu: Vec<u64> = c.gpus.iter().map(|&i| gpus[i].capacity).collect();
-    let mut placement_devices = Vec::new();
-    let blocks_on_gpus = n_layer.saturating_sub(gpu_start);
-    let host_layers = (gpu_start > 0).then(|| [0, gpu_start.min(n_layer) - 1]);
-    placement_devices.push(PlacementDevice {
+    let weights: Vec<f64> = per_gpu.iter().map(|&b| b as f64).collect();
+    let assignment = llama_cpp::layer_devices(n_layer, ngl, &weights);
+    let range = |dev: Option<usize>| {
+        let blocks: Vec<u32> = (0..n_layer)
+            .filter(|&il| assignment[il as usize] == dev)
+            .collect();
+        blocks.first().zip(blocks.last()).map(|(a, b)| [*a, *b])
+    };
+    let output_dev = assignment[n_layer as usize];
+    let mut placement_devices = vec![PlacementDevice {
         device: "cpu".into(),
-        layers: host_layers,
-        output_layer: ngl <= n_layer,
-    });
-    let total_cap: u64 = per_gpu.iter().sum::<u64>().max(1);
-    let mut next = gpu_start;
-    for (k, &cap) in per_gpu.iter().enumerate() {
-        let share = if k + 1 == per_gpu.len() {
-            n_layer.saturating_sub(next)
-        } else {
-            ((blocks_on_gpus as f64) * cap as f64 / total_cap as f64).round() as u32
-        };
-        let first = next;
-        next = (next + share).min(n_layer);
+        layers: range(None),
+        output_layer: output_dev.is_none(),
+    }];
+    for k in 0..per_gpu.len() {
         placement_devices.push(PlacementDevice {
             device: format!("cuda:{}", devs[k + 1].gpu.unwrap_or(0)),
-            layers: (next > first).then(|| [first, next - 1]),
-            output_layer: k + 1 == per_gpu.len() && ngl > n_layer,
+            layers: range(Some(k)),
+            output_layer: output_dev == Some(k),
         });
     }
     let placement = Placement {

@@ -13,6 +13,7 @@ pub const NAMES: &[(&str, &str)] = &[
     ("workload", "workload.schema.json"),
     ("rules", "rules.schema.json"),
     ("inventory", "inventory.schema.json"),
+    ("deployment", "deployment.schema.json"),
 ];
 
 fn generate<T: JsonSchema>() -> Value {
@@ -26,6 +27,7 @@ pub fn by_name(name: &str) -> Option<Value> {
         "workload" => generate::<WorkloadProfile>(),
         "rules" => generate::<RuleTable>(),
         "inventory" => generate::<Inventory>(),
+        "deployment" => generate::<crate::emit::Deployment>(),
         _ => return None,
     })
 }
