@@ -11,4 +11,5 @@ pub mod model;
 pub mod perf;
 pub mod plan;
 pub mod profile;
+pub mod store;
 pub mod yaml;

@@ -374,8 +374,66 @@ fn chosen_plans_fit_and_no_fitting_alternative_scores_better() {
     }
 }
 
+/// The binary with its measurement database in the temp directory, away from the user's.
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_optimizer"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
+    c.env(
+        "OPTIMIZER_DB",
+        std::env::temp_dir().join(format!("optimizer-test-{}.db", std::process::id())),
+    );
+    c
+}
+
+#[test]
+fn the_store_is_created_on_first_use_and_a_bad_one_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m8, _) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let data = dir.path().join("xdg-data");
+    let run = |envs: &[(&str, &Path)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
+        c.env_remove("OPTIMIZER_DB");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.arg("--inventory")
+            .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+            .args(["resolve", "-m"])
+            .arg(&m8)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[("XDG_DATA_HOME", &data)]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        data.join("optimizer/optimizer.db").exists(),
+        "created on first use"
+    );
+    let doc: serde_json::Value = serde_yaml_ng::from_slice(&o.stdout).unwrap();
+    assert!(
+        doc["provenance"]["performance.basis"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("0 measurements")
+    );
+
+    let bad = dir.path().join("bad.db");
+    let garbage = b"not a database ".repeat(400);
+    std::fs::write(&bad, &garbage).unwrap();
+    let o = run(&[("OPTIMIZER_DB", &bad)]);
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad.db"));
+    assert!(o.stdout.is_empty(), "no partial document");
+    assert_eq!(std::fs::read(&bad).unwrap(), garbage, "no data lost");
 }
 
 #[test]

@@ -39,6 +39,10 @@ struct RawArgs {
     /// $XDG_CONFIG_HOME/optimizer/profiles; repeatable, later wins.
     #[arg(long = "profiles", global = true, value_name = "DIR")]
     profiles: Vec<PathBuf>,
+    /// The measurement database (also: OPTIMIZER_DB); default $XDG_DATA_HOME/optimizer/optimizer.db, created on
+    /// first use.
+    #[arg(long, global = true, value_name = "FILE")]
+    db: Option<PathBuf>,
     #[command(subcommand)]
     command: RawCommand,
 }
@@ -125,10 +129,12 @@ pub struct Common {
     pub inventory: Option<(PathBuf, SettingOrigin)>,
     /// Profile overlay directories, in order: the user directory, then each `--profiles`.
     pub profile_dirs: Vec<PathBuf>,
+    /// The measurement database.
+    pub db: Option<PathBuf>,
 }
 
 impl Common {
-    fn resolve(inventory: Option<PathBuf>, profiles: Vec<PathBuf>) -> Self {
+    fn resolve(inventory: Option<PathBuf>, profiles: Vec<PathBuf>, db: Option<PathBuf>) -> Self {
         let inventory = inventory.map(|p| (p, SettingOrigin::Flag)).or_else(|| {
             std::env::var_os("OPTIMIZER_INVENTORY")
                 .filter(|v| !v.is_empty())
@@ -141,9 +147,22 @@ impl Common {
                 .into_iter()
                 .collect();
         profile_dirs.extend(profiles);
+        let db = db
+            .or_else(|| {
+                std::env::var_os("OPTIMIZER_DB")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .or_else(|| {
+                crate::store::default_path(
+                    std::env::var("XDG_DATA_HOME").ok().as_deref(),
+                    home.as_deref(),
+                )
+            });
         Common {
             inventory,
             profile_dirs,
+            db,
         }
     }
 
@@ -172,6 +191,24 @@ impl Common {
                 InventoryError::Invalid { .. } => Failure::new(exit::INVALID_INPUT, e)
                     .hint("`optimizer schema inventory` prints the inventory schema"),
             })
+    }
+
+    /// The measurement store, created on first use.
+    pub fn store(&self) -> Result<crate::store::Store, Failure> {
+        use crate::store::{Store, StoreError};
+        let path = self.db.clone().ok_or_else(|| {
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("no database path: set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME"),
+            )
+        })?;
+        Store::open(&path).map_err(|e| match e {
+            StoreError::Io { .. } => Failure::new(exit::RUNTIME, e),
+            StoreError::Invalid { .. } | StoreError::Newer { .. } => {
+                Failure::new(exit::INVALID_INPUT, e)
+                    .hint("point --db at another file, or move this one aside; it was not modified")
+            }
+        })
     }
 
     /// The profile set in force (built-in + overlays).
@@ -232,7 +269,7 @@ impl From<crate::model::ModelError> for Failure {
 }
 
 fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
-    let common = Common::resolve(raw.inventory, raw.profiles);
+    let common = Common::resolve(raw.inventory, raw.profiles, raw.db);
     let command = match raw.command {
         RawCommand::Inspect {
             model,

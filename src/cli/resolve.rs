@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::emit::{Deployment, Status};
 use crate::hardware::{Gpu, GpuSource, GpuVendor, Inventory};
-use crate::plan::{self, Inputs, Measurements, Overrides};
+use crate::plan::{self, Inputs, Overrides};
 use crate::profile::{DeviceKind, Objective, ProfileSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -256,6 +256,26 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         inv = with_profiled_gpus(inv, *n, id, &set)?;
         source = "profile";
     }
+    // Measured figures for these devices and this model, when calibration has recorded any.
+    let store = common.store()?;
+    let hw: Vec<&crate::profile::HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
+    let archs: Vec<_> = set.architectures().collect();
+    let device_ids: Vec<String> = inv
+        .gpus
+        .iter()
+        .filter_map(
+            |g| match crate::profile::matching::resolve(g, &hw, &archs) {
+                crate::profile::matching::Resolution::Profile { profile, .. } => {
+                    Some(profile.id.clone())
+                }
+                crate::profile::matching::Resolution::Derived { profile, .. } => Some(profile.id),
+                crate::profile::matching::Resolution::Unresolved { .. } => None,
+            },
+        )
+        .collect();
+    let (measurements, rows) = store
+        .measurements(&device_ids, &spec.fingerprint)
+        .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
     let path = s.model.display().to_string();
     let inputs = Inputs {
         model: &spec,
@@ -264,10 +284,19 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         hardware_source: source,
         profiles: &set,
         workload,
-        measurements: &Measurements::default(),
+        measurements: &measurements,
         overrides: &s.overrides,
     };
-    let doc = plan::resolve(&inputs).map_err(|e| Failure::new(exit::USAGE, e))?;
+    let mut doc = plan::resolve(&inputs).map_err(|e| Failure::new(exit::USAGE, e))?;
+    doc.provenance.insert(
+        "performance.basis".into(),
+        crate::emit::Provenance {
+            source: crate::emit::Source::Rule,
+            detail: format!(
+                "analytic: the measurement store holds {rows} measurements for these devices and this model, so the efficiency rules apply"
+            ),
+        },
+    );
     if s.explain {
         let _ = std::io::stderr().write_all(explain(&doc).as_bytes());
     }
