@@ -100,6 +100,8 @@ struct Candidate {
     overflow: u64,
     prediction: perf::Prediction,
     score: f64,
+    /// Sequences at which decode turns compute-bound on the slowest-to-saturate device.
+    knee: f64,
 }
 
 fn rule_reserve(set: &ProfileSet, device: ReserveTarget, capacity: u64) -> (u64, Vec<String>) {
@@ -532,10 +534,10 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         }
     }
 
-    let shape = |ub: u32| Shape {
+    let shape = |ub: u32, np: u32| Shape {
         prompt_tokens: w.prompt_tokens,
         generation_tokens: w.generation_tokens,
-        concurrency: u64::from(n_par),
+        concurrency: u64::from(np),
         ubatch: u64::from(ub),
     };
     let evaluate = |strategy: Strategy,
@@ -544,6 +546,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                     cpu_moe: u32,
                     kv: GgmlType,
                     ub: u32,
+                    np: u32,
                     ctx: u32|
      -> Candidate {
         let machine = Machine {
@@ -561,7 +564,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             n_ctx: ctx,
             n_batch: BATCH.max(ub),
             n_ubatch: ub,
-            n_parallel: n_par,
+            n_parallel: np,
             type_k: kv,
             type_v: if fa { kv } else { GgmlType::F16 },
             flash_attn: if fa { FlashAttn::On } else { FlashAttn::Off },
@@ -586,6 +589,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                         time_per_output_token_ms: f64::INFINITY,
                     },
                     score: f64::INFINITY,
+                    knee: 0.0,
                 };
             }
         };
@@ -612,8 +616,13 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             .chain(devs.iter().skip(1).map(|d| d.perf.clone()))
             .zip(ld)
             .collect();
-        let prediction = perf::predict(&pairs, shape(ub));
+        let prediction = perf::predict(&pairs, shape(ub, np));
         let score = score(objective, w, &prediction);
+        // Where a decode step turns compute-bound: past it more sequences add memory, not tokens per second.
+        let knee = pairs
+            .iter()
+            .map(|(p, l)| perf::decode_knee(p, l))
+            .fold(0.0, f64::max);
         Candidate {
             strategy,
             gpus: used.to_vec(),
@@ -623,6 +632,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             overflow,
             prediction,
             score,
+            knee,
         }
     };
 
@@ -634,37 +644,55 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 continue;
             }
             for &ub in ubatches {
-                let eval = |ctx| evaluate(*strategy, used, *ngl, *cpu_moe, kv, ub, ctx);
-                let c = match (inp.overrides.context_length, &w.context) {
-                    (Some(c), _) => eval(c),
-                    (None, ContextPolicy::Fixed { tokens }) => {
-                        eval((*tokens).min(u64::from(n_ctx_train)) as u32)
-                    }
-                    (None, ContextPolicy::ModelMax) => eval(n_ctx_train),
-                    (None, ContextPolicy::LargestFit { floor }) => {
-                        let floor = (*floor).min(u64::from(n_ctx_train)) as u32;
-                        let at_floor = eval(floor);
-                        if !at_floor.fits {
-                            at_floor
-                        } else {
-                            // Bisection over multiples of 256 between the floor and the trained context.
-                            let (mut lo, mut hi) = (floor / CTX_STEP, n_ctx_train / CTX_STEP);
-                            let mut best = at_floor;
-                            while lo < hi {
-                                let mid = (lo + hi).div_ceil(2);
-                                let c = eval(mid * CTX_STEP);
-                                if c.fits {
-                                    lo = mid;
-                                    best = c;
-                                } else {
-                                    hi = mid - 1;
+                // Throughput workloads without a pinned concurrency also try the roofline knee: fewer
+                // sequences that reach the same tokens per second in less memory.
+                let mut pars = vec![n_par];
+                let mut i = 0;
+                while i < pars.len() {
+                    let np = pars[i];
+                    i += 1;
+                    let eval = |ctx| evaluate(*strategy, used, *ngl, *cpu_moe, kv, ub, np, ctx);
+                    let c = match (inp.overrides.context_length, &w.context) {
+                        (Some(c), _) => eval(c),
+                        (None, ContextPolicy::Fixed { tokens }) => {
+                            eval((*tokens).min(u64::from(n_ctx_train)) as u32)
+                        }
+                        (None, ContextPolicy::ModelMax) => eval(n_ctx_train),
+                        (None, ContextPolicy::LargestFit { floor }) => {
+                            let floor = (*floor).min(u64::from(n_ctx_train)) as u32;
+                            let at_floor = eval(floor);
+                            if !at_floor.fits {
+                                at_floor
+                            } else {
+                                // Bisection over multiples of 256 between the floor and the trained context.
+                                let (mut lo, mut hi) = (floor / CTX_STEP, n_ctx_train / CTX_STEP);
+                                let mut best = at_floor;
+                                while lo < hi {
+                                    let mid = (lo + hi).div_ceil(2);
+                                    let c = eval(mid * CTX_STEP);
+                                    if c.fits {
+                                        lo = mid;
+                                        best = c;
+                                    } else {
+                                        hi = mid - 1;
+                                    }
                                 }
+                                best
                             }
-                            best
+                        }
+                    };
+                    if objective == Objective::Throughput
+                        && inp.overrides.parallel.is_none()
+                        && pars.len() == 1
+                        && c.knee.is_finite()
+                    {
+                        let knee = (c.knee.ceil() as u32).max(1);
+                        if knee < n_par {
+                            pars.push(knee);
                         }
                     }
-                };
-                candidates.push(c);
+                    candidates.push(c);
+                }
             }
         }
     }
@@ -739,16 +767,28 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             ),
         ),
     }
-    put(
-        &mut prov,
-        "settings.parallel",
-        if inp.overrides.parallel.is_some() {
-            Source::User
-        } else {
-            Source::Profile
-        },
-        format!("workload {} concurrency {}", w.id, w.concurrency),
-    );
+    if inp.overrides.parallel.is_none() && chosen.params.n_parallel != n_par {
+        put(
+            &mut prov,
+            "settings.parallel",
+            Source::Computed,
+            format!(
+                "the roofline knee: decode turns compute-bound at {:.1} sequences (FLOPs-to-bandwidth ratio), so {} reach the throughput of workload {}'s {} in less memory",
+                chosen.knee, chosen.params.n_parallel, w.id, w.concurrency
+            ),
+        );
+    } else {
+        put(
+            &mut prov,
+            "settings.parallel",
+            if inp.overrides.parallel.is_some() {
+                Source::User
+            } else {
+                Source::Profile
+            },
+            format!("workload {} concurrency {}", w.id, w.concurrency),
+        );
+    }
     put(&mut prov, "settings.threads", Source::Rule, threads_rule);
     put(
         &mut prov,
