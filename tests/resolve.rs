@@ -555,7 +555,13 @@ fn throughput_plans_stop_adding_sequences_at_the_roofline_knee() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m8) = synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
     // A CPU server saturates its FLOPs long before the preset's 256 sequences.
-    let d = plan_for(&m8, "m.gguf", &inventory("cpu-server.yaml"), "batch-inference", &set);
+    let d = plan_for(
+        &m8,
+        "m.gguf",
+        &inventory("cpu-server.yaml"),
+        "batch-inference",
+        &set,
+    );
     assert!(d.settings.parallel < 256, "{}", d.settings.parallel);
     let p = &d.provenance["settings.parallel"];
     assert!(p.detail.contains("roofline knee"), "{}", p.detail);

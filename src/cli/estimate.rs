@@ -13,7 +13,7 @@ use crate::memory::llama_cpp::{
     self, CACHE_TYPES, Estimate, FlashAttn, GpuTarget, Machine, Params,
 };
 use crate::model::GgmlType;
-use crate::profile::{DeviceKind, ProfileSet, RuleTable};
+use crate::profile::{DeviceKind, ProfileSet};
 
 /// llama.cpp spells several short flags with more than one letter (`-ub`, `-ngl`); clap's short flags are one
 /// letter, so those tokens are rewritten to their long forms before parsing.
@@ -183,25 +183,14 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
     })
 }
 
-/// Per-GPU runtime overhead for llama.cpp from the memory-reserve rules (the CUDA context row).
-pub fn gpu_overhead(set: &ProfileSet) -> (u64, Option<String>) {
-    for e in &set.rules {
-        if let RuleTable::MemoryReserves { rules, .. } = &e.value
-            && let Some(r) = rules.iter().find(|r| r.id == "gpu-llama-cpp-cuda-context")
-        {
-            return (r.fixed_bytes, Some(r.id.clone()));
-        }
-    }
-    (0, None)
-}
-
 fn machine(
     common: &Common,
     s: &Settings,
     set: &ProfileSet,
     notes: &mut Vec<String>,
 ) -> Result<Machine, Failure> {
-    let (overhead, rule) = gpu_overhead(set);
+    let (overhead, rule) = set.llama_cpp_gpu_overhead();
+    let rule = rule.map(str::to_string);
     let m = machine_inner(common, s, set, notes, overhead)?;
     if let Some(rule) = rule.filter(|_| !m.gpus.is_empty()) {
         notes.push(format!("per-GPU overhead from rule {rule}"));

@@ -114,7 +114,7 @@ fn rule_reserve(set: &ProfileSet, device: ReserveTarget, capacity: u64) -> (u64,
                     continue;
                 }
                 // The CUDA context row is the estimate's per-GPU overhead, not a reserve.
-                if r.id == "gpu-llama-cpp-cuda-context" {
+                if r.id == ProfileSet::LLAMA_CPP_GPU_OVERHEAD_RULE {
                     continue;
                 }
                 bytes += r.fixed_bytes + (r.fraction * capacity as f64) as u64;
@@ -534,6 +534,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         }
     }
 
+    let gpu_overhead = set.llama_cpp_gpu_overhead().0;
     let shape = |ub: u32, np: u32| Shape {
         prompt_tokens: w.prompt_tokens,
         generation_tokens: w.generation_tokens,
@@ -556,7 +557,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 .map(|&i| GpuTarget {
                     name: gpus[i].perf.name.clone(),
                     free_bytes: gpus[i].capacity,
-                    overhead_bytes: crate_overhead(set),
+                    overhead_bytes: gpu_overhead,
                 })
                 .collect(),
         };
@@ -901,19 +902,6 @@ fn pcie_bytes_per_s(i: &crate::profile::Interconnect) -> Option<f64> {
         _ => return None,
     };
     Some(per_lane * lanes)
-}
-
-fn crate_overhead(set: &ProfileSet) -> u64 {
-    set.rules
-        .iter()
-        .find_map(|e| match &e.value {
-            RuleTable::MemoryReserves { rules, .. } => rules
-                .iter()
-                .find(|r| r.id == "gpu-llama-cpp-cuda-context")
-                .map(|r| r.fixed_bytes),
-            _ => None,
-        })
-        .unwrap_or(0)
 }
 
 fn empty_estimate() -> llama_cpp::Estimate {

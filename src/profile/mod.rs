@@ -81,6 +81,24 @@ impl ProfileSet {
         self.workloads.iter().find(|e| e.value.id == id)
     }
 
+    /// Id of the memory-reserve row giving llama.cpp's per-GPU runtime overhead (CUDA context, cuBLAS
+    /// workspace); the memory model adds it to each GPU, so the planner does not reserve it again.
+    pub const LLAMA_CPP_GPU_OVERHEAD_RULE: &'static str = "gpu-llama-cpp-cuda-context";
+
+    /// llama.cpp's per-GPU runtime overhead in bytes and the rule it comes from (0 and `None` without one).
+    pub fn llama_cpp_gpu_overhead(&self) -> (u64, Option<&str>) {
+        self.rules
+            .iter()
+            .find_map(|e| match &e.value {
+                RuleTable::MemoryReserves { rules, .. } => rules
+                    .iter()
+                    .find(|r| r.id == Self::LLAMA_CPP_GPU_OVERHEAD_RULE)
+                    .map(|r| (r.fixed_bytes, Some(r.id.as_str()))),
+                _ => None,
+            })
+            .unwrap_or((0, None))
+    }
+
     /// The GPU architecture rows of every `gpu-architectures` table.
     pub fn architectures(&self) -> impl Iterator<Item = &ArchitectureRule> {
         self.rules.iter().flat_map(|e| match &e.value {
