@@ -211,8 +211,8 @@ fn memory_model_matches_the_engine_on_every_measured_row() {
     let (mut rows, mut skipped, mut known_seen) = (0, 0, 0);
     let (mut compute_worst, mut total_worst) = (Worst::default(), Worst::default());
     for row in measured["rows"].as_array().unwrap() {
-        // Refused configurations (rc != 0) and runs whose log lacks the breakdown (15 Mixtral rows with -np 4,
-        // where the dry run printed no compute buffer) carry nothing to compare.
+        // Refused configurations (rc != 0) and runs whose log lacks the breakdown (18 Llama-2 and Mixtral rows
+        // whose dry run exited 0 without printing a compute buffer) carry nothing to compare.
         if row["rc"] != 0
             || row["buffers"].get("CPU compute buffer").is_none()
             || row["breakdown"].get("Host").is_none()
