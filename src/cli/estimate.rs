@@ -1,5 +1,5 @@
 //! `optimizer estimate`: llama.cpp's memory per device, with llama.cpp's own flag names so a user can paste
-//! their command line (`-c`, `-b`, `-ub`, `-np`, `-fa`, `-ctk`, `-ctv`, `-ngl`, `-ts`, `-nkvo`, `--no-mmap`).
+//! their command line (`-c`, `-b`, `-ub`, `-np`, `-fa`, `-ctk`, `-ctv`, `-ngl`, `-ts`, `-nkvo`, `-lm`).
 
 use std::ffi::OsString;
 use std::fmt::Write;
@@ -28,6 +28,7 @@ pub fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
         ("-ts", "--tensor-split"),
         ("-nkvo", "--no-kv-offload"),
         ("-kvu", "--kv-unified"),
+        ("-lm", "--load-mode"),
     ];
     args.map(|a| {
         let Some(s) = a.to_str() else { return a };
@@ -42,6 +43,18 @@ pub fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
         a
     })
     .collect()
+}
+
+/// llama.cpp's `-lm/--load-mode` values (common/arg.cpp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RawLoadMode {
+    Auto,
+    None,
+    Mmap,
+    Mlock,
+    #[value(name = "mmap+mlock")]
+    MmapMlock,
+    Dio,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,9 +102,10 @@ pub struct RawEstimate {
     /// Keep the KV cache on the host (-nkvo).
     #[arg(long = "no-kv-offload")]
     no_kv_offload: bool,
-    /// Read weights into memory instead of mapping the file.
-    #[arg(long = "no-mmap")]
-    no_mmap: bool,
+    /// Model loading mode (-lm), as the pinned llama.cpp: `auto` and `mmap` map the file; `none`, `dio`, `mlock`
+    /// read or pin the weights in memory (the pinned engine has no `--no-mmap`).
+    #[arg(long = "load-mode", value_enum, default_value_t = RawLoadMode::Auto)]
+    load_mode: RawLoadMode,
     /// Disable CPU weight repacking.
     #[arg(long = "no-repack")]
     no_repack: bool,
@@ -138,16 +152,39 @@ fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
 pub fn parse_hardware(h: &str) -> Result<(u32, String), Failure> {
     match h.split_once("x:") {
         Some((n, id)) => {
-            let n: u32 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                Failure::new(
-                    exit::USAGE,
-                    anyhow::anyhow!("--hardware {h:?}: expected ID or Nx:ID with N >= 1"),
-                )
-            })?;
+            let max = crate::plan::MAX_GPUS;
+            let n: u32 = n
+                .parse()
+                .ok()
+                .filter(|n| (1..=max as u32).contains(n))
+                .ok_or_else(|| {
+                    Failure::new(
+                        exit::USAGE,
+                        anyhow::anyhow!(
+                            "--hardware {h:?}: expected ID or Nx:ID with 1 <= N <= {max} (GPUs one machine holds)"
+                        ),
+                    )
+                })?;
             Ok((n, id.to_string()))
         }
         None => Ok((1, h.to_string())),
     }
+}
+
+/// `-ts` proportions: finite, non-negative, not all zero (llama.cpp would divide by their sum).
+fn tensor_split(ts: &[f64]) -> Result<Vec<f64>, Failure> {
+    if ts.iter().any(|x| !x.is_finite() || *x < 0.0)
+        || (!ts.is_empty() && ts.iter().all(|x| *x == 0.0))
+    {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "-ts {}: proportions must be finite, non-negative and not all zero",
+                ts.iter().map(f64::to_string).collect::<Vec<_>>().join(",")
+            ),
+        ));
+    }
+    Ok(ts.to_vec())
 }
 
 pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
@@ -171,9 +208,13 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
                 RawFlashAttn::Auto => FlashAttn::Auto,
             },
             n_gpu_layers: raw.n_gpu_layers,
-            tensor_split: raw.tensor_split,
+            tensor_split: tensor_split(&raw.tensor_split)?,
             no_kv_offload: raw.no_kv_offload,
-            mmap: !raw.no_mmap,
+            // Only `none`, `dio` and `mlock` keep the weights out of a file mapping.
+            mmap: matches!(
+                raw.load_mode,
+                RawLoadMode::Auto | RawLoadMode::Mmap | RawLoadMode::MmapMlock
+            ),
             repack: !raw.no_repack,
             n_cpu_moe: raw.n_cpu_moe,
             swa_full: raw.swa_full,

@@ -33,13 +33,14 @@ pub struct RawResolve {
     /// CPU and RAM stay this machine's (or --inventory's).
     #[arg(long)]
     hardware: Option<String>,
-    /// Pin the context length (-c); everything else is re-optimised around it.
+    /// Pin the context per sequence: the tokens each conversation (server slot) can hold. The emitted
+    /// llama-server `-c` is this times the sequences. Everything else is re-optimised around it.
     #[arg(short = 'c', long = "ctx-size")]
     ctx_size: Option<u32>,
     /// Pin the GPU layers (-ngl).
     #[arg(long = "n-gpu-layers")]
     n_gpu_layers: Option<u32>,
-    /// Pin the parallel sequences.
+    /// Pin the parallel sequences (llama-server slots), at least 1.
     #[arg(long)]
     parallel: Option<u32>,
     /// Override the workload's objective.
@@ -175,6 +176,32 @@ pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     result
 }
 
+/// The exit code and message of a planner refusal: defects of the model or the inventory are invalid input (4)
+/// naming the file; what the user asked for is a usage error (2).
+fn plan_failure(e: plan::PlanError, s: &Settings, hardware_source: &str) -> Failure {
+    use plan::PlanError;
+    match e {
+        PlanError::Model(_) => Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: {e}", s.model.display()),
+        ),
+        PlanError::Hardware(_) => Failure::new(
+            if hardware_source == "profile" {
+                exit::USAGE
+            } else {
+                exit::INVALID_INPUT
+            },
+            anyhow::anyhow!("{hardware_source}: {e}"),
+        ),
+        PlanError::UnsupportedFormat(_) => {
+            Failure::new(exit::USAGE, anyhow::anyhow!("{}: {e}", s.model.display())).hint(
+                "convert it to GGUF with llama.cpp's convert_hf_to_gguf.py, then resolve the .gguf",
+            )
+        }
+        PlanError::UnsupportedMode(..) | PlanError::Usage(_) => Failure::new(exit::USAGE, e),
+    }
+}
+
 fn explain(d: &Deployment) -> String {
     use std::fmt::Write;
     let mut o = String::new();
@@ -182,7 +209,7 @@ fn explain(d: &Deployment) -> String {
     let p = &d.placement;
     let _ = writeln!(
         o,
-        "{} for workload {} ({:?}): {:?} with -ngl {} on {}, -c {}, -np {}, -ub {}, KV {}/{}, flash attention {}, {} threads.",
+        "{} for workload {} ({:?}): {:?} with -ngl {} on {}, {} tokens per sequence x {} sequences (-c {}), -ub {}, KV {}/{}, flash attention {}, {} threads.",
         if d.status == Status::Fits {
             "Chose"
         } else {
@@ -197,8 +224,9 @@ fn explain(d: &Deployment) -> String {
             .map(|x| x.device.as_str())
             .collect::<Vec<_>>()
             .join("+"),
-        s.context_length,
+        s.context_per_sequence,
         s.parallel,
+        s.context_length,
         s.ubatch_size,
         s.cache_type_k,
         s.cache_type_v,
@@ -215,6 +243,20 @@ fn explain(d: &Deployment) -> String {
         s.parallel,
         d.performance.prefill_tokens_per_s
     );
+    for c in &d.performance.sla {
+        let _ = writeln!(
+            o,
+            "SLA {}: {} (predicted {:.1} ms, target {:.1} ms, margin {:+.1} ms).",
+            c.target.replace('_', " "),
+            match c.status {
+                crate::emit::SlaStatus::Met => "met",
+                crate::emit::SlaStatus::Missed => "MISSED",
+            },
+            c.predicted_ms,
+            c.target_ms,
+            c.margin_ms
+        );
+    }
     for m in &d.memory.devices {
         let _ = writeln!(
             o,
@@ -228,8 +270,8 @@ fn explain(d: &Deployment) -> String {
     for a in &d.alternatives {
         let _ = writeln!(
             o,
-            "Also considered {:?} -ngl {} -c {}: {}.",
-            a.strategy, a.gpu_layers, a.context_length, a.why
+            "Also considered {:?} -ngl {}, {} tokens x {} sequences: {}.",
+            a.strategy, a.gpu_layers, a.context_per_sequence, a.parallel, a.why
         );
     }
     for s in &d.suggestions {
@@ -276,7 +318,13 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     let (measurements, rows) = store
         .measurements(&device_ids, &spec.fingerprint)
         .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
-    let path = s.model.display().to_string();
+    // llama-server opens a split model by its first shard and finds the rest itself.
+    let path = spec
+        .files
+        .first()
+        .map_or_else(|| s.model.clone(), |f| f.path.clone())
+        .display()
+        .to_string();
     let inputs = Inputs {
         model: &spec,
         model_path: &path,
@@ -287,7 +335,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         measurements: &measurements,
         overrides: &s.overrides,
     };
-    let mut doc = plan::resolve(&inputs).map_err(|e| Failure::new(exit::USAGE, e))?;
+    let mut doc = plan::resolve(&inputs).map_err(|e| plan_failure(e, s, source))?;
     doc.provenance.insert(
         "performance.basis".into(),
         crate::emit::Provenance {

@@ -43,12 +43,21 @@ pub struct CpuRef {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GpuRef {
+    /// The one identity of this GPU everywhere in the document (placement, memory, launch): `cuda:N`, `rocm:N`
+    /// or `metal:N`, N being the inventory index.
+    pub device: String,
     pub index: u32,
     pub name: String,
     /// Matched hardware profile id, or `derived-…` for a heuristic profile.
     pub profile: String,
+    /// How the profile was found: `profile` (matched), `derived` (from the probe's figures and the
+    /// architecture rules) or `heuristic` (a conservative guess; calibrate or add a profile).
+    pub basis: String,
     pub memory_total_bytes: u64,
     pub memory_free_bytes: u64,
+    /// Whether the chosen plan puts anything on it. A GPU the planner cannot drive (another backend, no memory
+    /// figure) is listed unused with a warning saying why; none is dropped silently.
+    pub used: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -111,7 +120,11 @@ pub struct Placement {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Settings {
+    /// llama.cpp's `-c`: KV cells over all sequences, `context_per_sequence × parallel`. The launch pins `-np`,
+    /// so the server splits them evenly among its slots (its unified KV cache is on only when `-np` is auto).
     pub context_length: u32,
+    /// Tokens one sequence (one server slot, one conversation) can hold: the workload's context.
+    pub context_per_sequence: u32,
     pub batch_size: u32,
     pub ubatch_size: u32,
     pub parallel: u32,
@@ -155,11 +168,35 @@ pub struct Performance {
     pub basis: Basis,
     /// The objective's score of this plan (lower is better; comparable only within one document).
     pub score: f64,
+    /// Each of the workload's SLA targets against the prediction.
+    pub sla: Vec<SlaCheck>,
+}
+
+/// Whether a predicted figure meets its SLA target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SlaStatus {
+    Met,
+    Missed,
+}
+
+/// One SLA target of the workload, checked against the prediction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SlaCheck {
+    /// `time_to_first_token` or `time_per_output_token`.
+    pub target: String,
+    pub target_ms: f64,
+    pub predicted_ms: f64,
+    /// `target_ms - predicted_ms`: negative when missed.
+    pub margin_ms: f64,
+    pub status: SlaStatus,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Argv {
     pub argv: Vec<String>,
+    /// Environment the command needs (GPU pinning); empty when none.
+    pub env: BTreeMap<String, String>,
 }
 
 /// Ollama Modelfile `PARAMETER`s.
@@ -170,6 +207,9 @@ pub struct Ollama {
     pub num_gpu: u32,
     pub num_thread: u32,
     pub num_batch: u32,
+    /// Server environment: `OLLAMA_NUM_PARALLEL` (Ollama's parallel requests are a server setting, not a
+    /// Modelfile parameter).
+    pub env: BTreeMap<String, String>,
 }
 
 /// Kubernetes quantities (`memory: 6442450944`, `cpu: "8"`, `nvidia.com/gpu: "1"`).
@@ -217,10 +257,13 @@ pub struct Alternative {
     pub strategy: Strategy,
     pub gpu_layers: u32,
     pub context_length: u32,
+    pub context_per_sequence: u32,
+    pub parallel: u32,
     pub ubatch_size: u32,
     pub cache_type_k: String,
     pub cache_type_v: String,
     pub fits: bool,
+    pub time_to_first_token_ms: f64,
     pub time_per_output_token_ms: f64,
     pub decode_tokens_per_s: f64,
     pub total_bytes: u64,
@@ -258,8 +301,24 @@ pub fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// The llama-server command line for a plan.
-pub fn llama_server_argv(model_path: &str, s: &Settings, p: &Placement) -> Vec<String> {
+/// How a GPU device of the document maps to llama.cpp: the document's identity prefix, llama.cpp's device
+/// name prefix (ggml `GGML_CUDA_NAME` "CUDA"/"ROCm", `GGML_METAL_NAME` "MTL") and the environment variable that
+/// restricts the process to the planned devices.
+const BACKENDS: &[(&str, &str, Option<&str>)] = &[
+    ("cuda", "CUDA", Some("CUDA_VISIBLE_DEVICES")),
+    ("rocm", "ROCm", Some("HIP_VISIBLE_DEVICES")),
+    ("metal", "MTL", None),
+];
+
+/// The llama-server command line for a plan, with the environment that pins the planned GPUs.
+///
+/// Devices are pinned twice over: the environment hides every GPU the plan does not use (NVML numbers GPUs in PCI
+/// bus order, so `CUDA_DEVICE_ORDER=PCI_BUS_ID` makes CUDA agree with the inventory index), and `-dev` names the
+/// visible ones in the plan's layer order, so `-ts` lines up with them. A CPU-only plan says `-dev none`, or a
+/// GPU build of llama-server would still put its compute buffers and large prompt batches on a GPU.
+/// `-c` is the total over slots and `-np` is explicit: the pinned server unifies the KV cache only when `-np` is
+/// auto (common/arg.cpp `--kv-unified`), so every slot gets `context_per_sequence` cells.
+pub fn llama_server_argv(model_path: &str, s: &Settings, p: &Placement) -> Argv {
     let mut a: Vec<String> = vec![
         "llama-server".into(),
         "-m".into(),
@@ -283,6 +342,42 @@ pub fn llama_server_argv(model_path: &str, s: &Settings, p: &Placement) -> Vec<S
         "-t".into(),
         s.threads.to_string(),
     ];
+    let mut env = BTreeMap::new();
+    let gpus: Vec<(&str, &str)> = p
+        .devices
+        .iter()
+        .filter_map(|d| d.device.split_once(':'))
+        .filter(|(kind, _)| *kind != "cpu")
+        .collect();
+    let backend = gpus
+        .first()
+        .and_then(|(kind, _)| BACKENDS.iter().find(|b| b.0 == *kind));
+    match backend {
+        None => {
+            a.push("-dev".into());
+            a.push("none".into());
+        }
+        Some(&(_, llama_name, visible)) => {
+            if let Some(var) = visible {
+                if var == "CUDA_VISIBLE_DEVICES" {
+                    env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+                }
+                let ids: Vec<&str> = gpus.iter().map(|g| g.1).collect();
+                env.insert(var.to_string(), ids.join(","));
+            }
+            a.push("-dev".into());
+            a.push(
+                (0..gpus.len())
+                    .map(|i| format!("{llama_name}{i}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+            if gpus.len() > 1 {
+                a.push("-sm".into());
+                a.push("layer".into());
+            }
+        }
+    }
     if let Some(ts) = &p.tensor_split {
         a.push("-ts".into());
         a.push(ts.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
@@ -292,7 +387,9 @@ pub fn llama_server_argv(model_path: &str, s: &Settings, p: &Placement) -> Vec<S
         a.push(s.n_cpu_moe.to_string());
     }
     if !s.mmap {
-        a.push("--no-mmap".into());
+        // The pinned engine has no `--no-mmap`; `-lm none` reads the weights into buffers instead.
+        a.push("-lm".into());
+        a.push("none".into());
     }
-    a
+    Argv { argv: a, env }
 }

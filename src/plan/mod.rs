@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use crate::emit::{
     self, Alternative, CpuRef, Deployment, GpuRef, HardwareRef, Kubernetes, Launch, MemoryDevice,
     MemoryPlan, ModelRef, Ollama, Performance, Placement, PlacementDevice, Provenance, Resources,
-    Settings, Source, Status, Strategy, WorkloadRef,
+    Settings, SlaCheck, SlaStatus, Source, Status, Strategy, WorkloadRef,
 };
-use crate::hardware::{GpuVendor, Inventory, parse_capability};
+use crate::hardware::{Gpu, GpuVendor, Inventory, parse_capability};
 use crate::memory::llama_cpp::{self, CACHE_TYPES, FlashAttn, GpuTarget, Machine, Params};
-use crate::model::{GgmlType, ModelSpec, Role};
+use crate::model::{Format, GgmlType, ModelSpec, Role};
 use crate::perf::{self, Basis, DeviceLoad, DevicePerf, Shape};
 use crate::profile::matching::{Resolution, resolve as match_gpu};
 use crate::profile::{
@@ -54,12 +54,80 @@ pub struct Inputs<'a> {
 /// Inputs the planner cannot work with.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
+    /// A usage error (exit 2).
     #[error(
         "workload {0:?} is a {1} workload; llama.cpp plans cover inference only (training plans need the training memory model)"
     )]
     UnsupportedMode(String, &'static str),
-    #[error("the model does not declare {0}")]
+    /// A usage error (exit 2): no runtime here serves this format.
+    #[error(
+        "a {0} checkpoint: llama.cpp serves GGUF files, and no runtime this planner models serves {0} yet"
+    )]
+    UnsupportedFormat(String),
+    /// The model file has a defect the planner found (exit 4, naming the file).
+    #[error("{0}")]
     Model(String),
+    /// The hardware description is outside what a plan covers (exit 4, naming the inventory).
+    #[error("{0}")]
+    Hardware(String),
+    /// A pinned value or workload number the planner cannot use (exit 2).
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Most GPUs one plan considers. The largest single machines expose 16 GPUs (DGX-2, HGX-2); 64 leaves room for
+/// denser ones while bounding the placement search, which grows with the GPU count.
+pub const MAX_GPUS: usize = 64;
+
+/// Longest context per sequence: llama.cpp positions are `int32_t` (`llama_pos`), so a sequence cannot hold more
+/// than 2^31 - 1 tokens.
+pub const MAX_CONTEXT_PER_SEQUENCE: u32 = i32::MAX as u32;
+
+/// The llama.cpp GPU backend a device is driven by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Cuda,
+    Rocm,
+    Metal,
+}
+
+impl Backend {
+    /// NVIDIA through CUDA, AMD through HIP (ROCm), Apple through Metal; Intel's SYCL/Vulkan backends are not
+    /// modelled.
+    fn of(v: GpuVendor) -> Option<Backend> {
+        match v {
+            GpuVendor::Nvidia => Some(Backend::Cuda),
+            GpuVendor::Amd => Some(Backend::Rocm),
+            GpuVendor::Apple => Some(Backend::Metal),
+            GpuVendor::Intel => None,
+        }
+    }
+
+    /// The document's device identity prefix (`cuda:N`).
+    fn prefix(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda",
+            Backend::Rocm => "rocm",
+            Backend::Metal => "metal",
+        }
+    }
+}
+
+fn backend_prefix(v: GpuVendor) -> &'static str {
+    Backend::of(v).map_or("gpu", Backend::prefix)
+}
+
+fn gpu_ref(g: &Gpu, prefix: &str, profile: &str, basis: &str, used: bool) -> GpuRef {
+    GpuRef {
+        device: format!("{prefix}:{}", g.index),
+        index: g.index,
+        name: g.name.clone(),
+        profile: profile.into(),
+        basis: basis.into(),
+        memory_total_bytes: g.memory_total_bytes,
+        memory_free_bytes: g.memory_free_bytes,
+        used,
+    }
 }
 
 /// The context step the KV cache pads to (llama.cpp: 256 cells).
@@ -83,8 +151,7 @@ struct Dev {
     link_bytes_per_s: Option<f64>,
     capacity: u64,
     reserve: u64,
-    /// GPU index in the inventory, `None` for the host.
-    gpu: Option<u32>,
+    backend: Option<Backend>,
     compute_capability: Option<(u32, u32)>,
 }
 
@@ -94,6 +161,10 @@ struct Candidate {
     /// Inventory indices of the GPUs used, in layer order.
     gpus: Vec<usize>,
     params: Params,
+    /// Tokens each sequence holds (`params.n_ctx` is this times `params.n_parallel`).
+    ctx_seq: u32,
+    /// CPU threads under this placement.
+    threads: u32,
     estimate: llama_cpp::Estimate,
     fits: bool,
     /// Bytes over capacity − reserve on the worst device (0 when it fits).
@@ -165,24 +236,71 @@ fn cpu_class<'a>(inv: &Inventory, set: &'a ProfileSet) -> Option<&'a HardwarePro
     })
 }
 
-fn threads(inv: &Inventory, set: &ProfileSet, objective: Objective) -> (u32, String) {
+/// Hosts with fewer physical cores than this use every core even where the cpu-threads rule reserves one: a
+/// reserved core costs 1/cores of the decode rate (decode scales with threads until bandwidth saturates: 5.2 to
+/// 9.6 tokens/s from 1 to 2 threads for a 1B Q8_0 model on a 2-core host, issue 8), which below 8 cores exceeds
+/// 12.5 %, more than the preemption stalls the reserve avoids.
+const MIN_CORES_TO_RESERVE: u32 = 8;
+
+/// With every layer on GPUs the host computes only the token-embedding rows and sampling; llama.cpp's CPU work per
+/// token is then tiny, and more threads only spin at barriers and inflate the container's CPU request.
+const GPU_HOST_THREADS: u32 = 4;
+
+/// Physical cores this process may use (the cgroup quota bounds them).
+fn usable_cores(inv: &Inventory) -> u32 {
     let physical = inv.cpu.physical_cores.max(1);
-    let usable = inv
-        .cpu
+    inv.cpu
         .effective_cpus
-        .map_or(physical, |c| (c.floor() as u32).clamp(1, physical));
+        .map_or(physical, |c| (c.floor() as u32).clamp(1, physical))
+}
+
+/// Threads when the host computes layers: the cpu-threads rule for the objective, without its reserve on small
+/// hosts.
+fn host_threads(inv: &Inventory, set: &ProfileSet, objective: Objective) -> (u32, String) {
+    let usable = usable_cores(inv);
     for e in &set.rules {
         if let RuleTable::CpuThreads { rules, .. } = &e.value
             && let Some(r) = rules.iter().find(|r| r.objective == objective)
         {
-            let t = (usable.saturating_sub(r.reserve_cores) * r.threads_per_core).max(1);
-            return (t, r.id.clone());
+            let reserve = if usable >= MIN_CORES_TO_RESERVE {
+                r.reserve_cores
+            } else {
+                0
+            };
+            let t = (usable.saturating_sub(reserve) * r.threads_per_core).max(1);
+            let why = if reserve == r.reserve_cores {
+                format!("rule {}: {usable} usable physical cores", r.id)
+            } else {
+                format!(
+                    "rule {} without its {}-core reserve: {usable} usable physical cores are fewer than {MIN_CORES_TO_RESERVE}, where a reserved core costs more decode speed than the stalls it avoids",
+                    r.id, r.reserve_cores
+                )
+            };
+            return (t, why);
         }
     }
     (
         usable,
         "no cpu-threads rule: all usable physical cores".into(),
     )
+}
+
+/// Threads when every layer is on GPUs.
+fn gpu_host_threads(inv: &Inventory) -> (u32, String) {
+    let usable = usable_cores(inv);
+    let t = usable.min(GPU_HOST_THREADS);
+    (
+        t,
+        format!(
+            "every layer is on GPUs, so the host computes only token-embedding rows and sampling: {t} of {usable} usable physical cores"
+        ),
+    )
+}
+
+/// How much faster (relative score) a KV cache of type `t` must be before the planner gives up the workload's
+/// preferred type, and the rule that says so; None: `t` is taken for memory only.
+fn kv_min_gain(_set: &ProfileSet, _t: GgmlType) -> Option<(f64, String)> {
+    None
 }
 
 /// Precision and flash attention for the GPUs in use, from the rules.
@@ -330,32 +448,92 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             },
         ));
     }
+    if model.format != Format::Gguf {
+        return Err(PlanError::UnsupportedFormat(
+            format!("{:?}", model.format).to_lowercase(),
+        ));
+    }
+    if inv.gpus.len() > MAX_GPUS {
+        return Err(PlanError::Hardware(format!(
+            "{} GPUs: a plan covers at most {MAX_GPUS} GPUs on one machine",
+            inv.gpus.len()
+        )));
+    }
     let _ = inp.measurements;
     let objective = inp.overrides.objective.unwrap_or(w.objective);
     let n_layer = model
         .hparams
         .block_count
-        .ok_or_else(|| PlanError::Model("block_count".into()))? as u32;
-    let n_ctx_train = model
-        .hparams
-        .context_length
-        .map_or(u32::MAX, |c| c.min(u64::from(u32::MAX)) as u32);
+        .filter(|&n| n > 0)
+        .ok_or_else(|| PlanError::Model("no block_count (or 0 blocks)".into()))?;
+    let n_layer = u32::try_from(n_layer)
+        .map_err(|_| PlanError::Model(format!("block_count {n_layer} is out of range")))?;
+    let n_ctx_train = match model.hparams.context_length {
+        Some(0) | None => {
+            return Err(PlanError::Model(
+                "context_length is 0 or missing: the model does not say how long a sequence it was trained for"
+                    .into(),
+            ));
+        }
+        Some(c) => u32::try_from(c)
+            .ok()
+            .filter(|&c| c <= MAX_CONTEXT_PER_SEQUENCE)
+            .ok_or_else(|| {
+                PlanError::Model(format!(
+                    "context_length {c} exceeds {MAX_CONTEXT_PER_SEQUENCE} (llama.cpp positions are int32)"
+                ))
+            })?,
+    };
+    if let Some(c) = inp.overrides.context_length
+        && !(1..=MAX_CONTEXT_PER_SEQUENCE).contains(&c)
+    {
+        return Err(PlanError::Usage(format!(
+            "-c {c}: the context per sequence must be between 1 and {MAX_CONTEXT_PER_SEQUENCE} tokens (llama.cpp positions are int32)"
+        )));
+    }
+    if inp.overrides.parallel == Some(0) {
+        return Err(PlanError::Usage(
+            "--parallel 0: at least one sequence (llama-server refuses -np 0)".into(),
+        ));
+    }
+    let n_par = match inp.overrides.parallel {
+        Some(p) => p,
+        None => u32::try_from(w.concurrency)
+            .ok()
+            .filter(|&c| c >= 1)
+            .ok_or_else(|| {
+                PlanError::Usage(format!(
+                    "workload {}: concurrency {} is outside 1..={}",
+                    w.id,
+                    w.concurrency,
+                    u32::MAX
+                ))
+            })?,
+    };
     let mut prov: BTreeMap<String, Provenance> = BTreeMap::new();
     let mut warnings = Vec::new();
     let put = |prov: &mut BTreeMap<String, Provenance>, k: &str, source: Source, detail: String| {
         prov.insert(k.to_string(), Provenance { source, detail });
     };
 
-    // Devices.
+    // Devices: every GPU the inventory reports is either planned or listed with the reason it is not.
     let hw_profiles: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<_> = set.architectures().collect();
     let gpu_eff_d = efficiency(set, ReserveTarget::Gpu, Phase::Decode);
     let gpu_eff_p = efficiency(set, ReserveTarget::Gpu, Phase::Prefill);
     let cpu_eff_d = efficiency(set, ReserveTarget::Cpu, Phase::Decode);
     let cpu_eff_p = efficiency(set, ReserveTarget::Cpu, Phase::Prefill);
-    let mut gpus: Vec<Dev> = Vec::new();
+    let mut all_gpus: Vec<Dev> = Vec::new();
     let mut gpu_refs = Vec::new();
-    for g in inv.gpus.iter().filter(|g| g.vendor == GpuVendor::Nvidia) {
+    for g in &inv.gpus {
+        let Some(backend) = Backend::of(g.vendor) else {
+            warnings.push(format!(
+                "gpu {} ({}): not used: llama.cpp reaches {:?} GPUs through its SYCL or Vulkan backends, whose memory this planner does not model",
+                g.index, g.name, g.vendor
+            ));
+            gpu_refs.push(gpu_ref(g, backend_prefix(g.vendor), "none", "none", false));
+            continue;
+        };
         // Prefill peak: dense FP16 tensor throughput, or the shader rate on GPUs without tensor cores.
         let peak = |p: &HardwareProfile| {
             p.tensor_tflops
@@ -365,9 +543,10 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 .unwrap_or(0.0)
                 * 1e12
         };
-        let (profile_id, bw, flops, link) = match match_gpu(g, &hw_profiles, &archs) {
+        let (profile_id, basis, bw, flops, link) = match match_gpu(g, &hw_profiles, &archs) {
             Resolution::Profile { profile, .. } => (
                 profile.id.clone(),
+                "profile",
                 profile.memory.bandwidth_gb_s * 1e9,
                 peak(profile),
                 profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
@@ -376,6 +555,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 warnings.extend(notes.into_iter().map(|n| format!("gpu {}: {n}", g.index)));
                 (
                     profile.id.clone(),
+                    "derived",
                     profile.memory.bandwidth_gb_s * 1e9,
                     peak(&profile),
                     profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
@@ -387,6 +567,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                         .into_iter()
                         .map(|n| format!("gpu {}: {n}; it is not used", g.index)),
                 );
+                gpu_refs.push(gpu_ref(g, backend.prefix(), "none", "none", false));
                 continue;
             }
         };
@@ -407,17 +588,18 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 g.index, g.name
             ));
         }
+        if backend == Backend::Rocm {
+            warnings.push(format!(
+                "gpu {} ({}): planned for llama.cpp's HIP (ROCm) backend, whose buffers are allocated as CUDA's are; modelled from the CUDA path, not measured on ROCm",
+                g.index, g.name
+            ));
+        }
         let (reserve, _) = rule_reserve(set, ReserveTarget::Gpu, g.memory_total_bytes);
-        gpu_refs.push(GpuRef {
-            index: g.index,
-            name: g.name.clone(),
-            profile: profile_id.clone(),
-            memory_total_bytes: g.memory_total_bytes,
-            memory_free_bytes: g.memory_free_bytes,
-        });
-        gpus.push(Dev {
+        let id = format!("{}:{}", backend.prefix(), g.index);
+        gpu_refs.push(gpu_ref(g, backend.prefix(), &profile_id, basis, true));
+        all_gpus.push(Dev {
             perf: DevicePerf {
-                name: format!("cuda:{}", g.index),
+                name: id.clone(),
                 bandwidth_bytes_per_s: bw,
                 flops: if flops > 0.0 { flops } else { f64::INFINITY },
                 decode_efficiency: gpu_eff_d.as_ref().map_or(1.0, |e| e.0),
@@ -427,54 +609,65 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             link_bytes_per_s: link,
             capacity: g.memory_free_bytes,
             reserve,
-            gpu: Some(g.index),
+            backend: Some(backend),
             compute_capability: g.compute_capability.as_deref().and_then(parse_capability),
         });
     }
+    // One GPU backend per llama-server process: plan the backend with the most free memory, list the others.
+    let chosen_backend = [Backend::Cuda, Backend::Rocm, Backend::Metal]
+        .into_iter()
+        .max_by_key(|b| {
+            all_gpus
+                .iter()
+                .filter(|d| d.backend == Some(*b))
+                .map(|d| d.capacity)
+                .sum::<u64>()
+        })
+        .filter(|b| all_gpus.iter().any(|d| d.backend == Some(*b)));
+    let gpus: Vec<Dev> = all_gpus
+        .into_iter()
+        .filter(|d| {
+            let keep = d.backend == chosen_backend;
+            if !keep {
+                warnings.push(format!(
+                    "{}: not used: one llama-server process drives one GPU backend, and {:?} GPUs hold more free memory",
+                    d.perf.name,
+                    chosen_backend.unwrap_or(Backend::Cuda)
+                ));
+            }
+            keep
+        })
+        .collect();
     let class = cpu_class(inv, set);
     let class_id = class.map_or("none".to_string(), |c| c.id.clone());
     let cpu_bw = class.map_or(0.0, |c| c.memory.bandwidth_gb_s * 1e9);
-    let (n_threads, threads_rule) = threads(inv, set, objective);
     let flops_per_cycle = class
         .and_then(|c| c.cpu.as_ref())
         .and_then(|c| c.fp32_flops_per_cycle_per_core)
         .unwrap_or(16.0);
     let ghz = inv.cpu.frequency_mhz.map_or(2.0, |m| m as f64 / 1000.0);
-    let cpu_flops = f64::from(n_threads) * ghz * 1e9 * flops_per_cycle;
+    let cpu_perf = |threads: u32| DevicePerf {
+        name: "cpu".into(),
+        bandwidth_bytes_per_s: cpu_bw.max(1.0),
+        flops: (f64::from(threads) * ghz * 1e9 * flops_per_cycle).max(1.0),
+        decode_efficiency: cpu_eff_d.as_ref().map_or(1.0, |e| e.0),
+        prefill_efficiency: cpu_eff_p.as_ref().map_or(1.0, |e| e.0),
+        offload: None,
+    };
+    let threads_all = host_threads(inv, set, objective);
+    let threads_gpu = gpu_host_threads(inv);
     let (cpu_reserve, cpu_reserve_ids) =
         rule_reserve(set, ReserveTarget::Cpu, inv.memory.total_bytes);
     let host = Dev {
-        perf: DevicePerf {
-            name: "cpu".into(),
-            bandwidth_bytes_per_s: cpu_bw.max(1.0),
-            flops: cpu_flops.max(1.0),
-            decode_efficiency: cpu_eff_d.as_ref().map_or(1.0, |e| e.0),
-            prefill_efficiency: cpu_eff_p.as_ref().map_or(1.0, |e| e.0),
-            offload: None,
-        },
+        perf: cpu_perf(threads_all.0),
         link_bytes_per_s: None,
         capacity: inv.memory.available_bytes,
         reserve: cpu_reserve,
-        gpu: None,
+        backend: None,
         compute_capability: None,
     };
-    put(
-        &mut prov,
-        "hardware.cpu.profile",
-        Source::Heuristic,
-        format!(
-            "{class_id} chosen by architecture, SIMD features and {} physical cores; CPU peak {:.0} GFLOPS = {n_threads} threads x {ghz:.2} GHz x {flops_per_cycle} FLOP/cycle",
-            inv.cpu.physical_cores,
-            cpu_flops / 1e9
-        ),
-    );
 
     // Settings every candidate shares.
-    let n_par = inp
-        .overrides
-        .parallel
-        .unwrap_or(w.concurrency.max(1) as u32)
-        .max(1);
     let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
     let (precision, precision_rule, fa, fa_rule) = precision_and_attention(set, cc);
     let kv_types: Vec<GgmlType> = {
@@ -495,13 +688,16 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             prefs
         }
     };
+    let preferred_kv = kv_types[0];
     let ubatches = if objective == Objective::Throughput {
         UBATCHES_THROUGHPUT
     } else {
         UBATCHES_LATENCY
     };
 
-    // Placements: (strategy, GPUs in layer order, -ngl, --n-cpu-moe).
+    // Placements: (strategy, GPUs in layer order, -ngl, --n-cpu-moe). Full offload is tried on the k GPUs with
+    // the most free memory for every k; partial offload only on all of them, since taking a GPU away can only
+    // move layers back to the slower host.
     let mut order: Vec<usize> = (0..gpus.len()).collect();
     order.sort_by(|&a, &b| gpus[b].capacity.cmp(&gpus[a].capacity).then(a.cmp(&b)));
     let is_moe = model.hparams.expert_count.unwrap_or(0) > 0;
@@ -519,10 +715,9 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             if is_moe {
                 placements.push((Strategy::MoeCpu, used.clone(), all, n_layer));
             }
-            // Hybrid: every partial offload; the best that fits is kept by the scoring.
-            for ngl in (1..all).rev() {
-                placements.push((Strategy::Hybrid, used.clone(), ngl, 0));
-            }
+        }
+        for ngl in (1..all).rev() {
+            placements.push((Strategy::Hybrid, order.clone(), ngl, 0));
         }
     }
     if let Some(ngl) = inp.overrides.gpu_layers {
@@ -548,8 +743,15 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                     kv: GgmlType,
                     ub: u32,
                     np: u32,
-                    ctx: u32|
+                    ctx_seq: u32|
      -> Candidate {
+        // The host computes layers unless every block is on a GPU.
+        let host_layers = ngl < all || cpu_moe > 0;
+        let threads = if host_layers || used.is_empty() {
+            threads_all.0
+        } else {
+            threads_gpu.0
+        };
         let machine = Machine {
             cpu_features: inv.cpu.features.clone(),
             gpus: used
@@ -557,12 +759,16 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 .map(|&i| GpuTarget {
                     name: gpus[i].perf.name.clone(),
                     free_bytes: gpus[i].capacity,
-                    overhead_bytes: gpu_overhead,
+                    overhead_bytes: if gpus[i].backend == Some(Backend::Metal) {
+                        0
+                    } else {
+                        gpu_overhead
+                    },
                 })
                 .collect(),
         };
         let params = Params {
-            n_ctx: ctx,
+            n_ctx: ctx_seq.saturating_mul(np),
             n_batch: BATCH.max(ub),
             n_ubatch: ub,
             n_parallel: np,
@@ -573,26 +779,35 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             n_cpu_moe: cpu_moe,
             ..Params::default()
         };
+        let failed = |params: Params| Candidate {
+            strategy,
+            gpus: used.to_vec(),
+            params,
+            ctx_seq,
+            threads,
+            estimate: empty_estimate(),
+            fits: false,
+            overflow: u64::MAX,
+            prediction: perf::Prediction {
+                prefill_tokens_per_s: 0.0,
+                decode_tokens_per_s: 0.0,
+                time_to_first_token_ms: f64::INFINITY,
+                time_per_output_token_ms: f64::INFINITY,
+            },
+            score: f64::INFINITY,
+            knee: 0.0,
+        };
+        // Total cells over u32 cannot be expressed as llama.cpp's -c.
+        if u64::from(ctx_seq) * u64::from(np) > u64::from(u32::MAX) {
+            return failed(params);
+        }
         let est = match llama_cpp::estimate(model, &params, &machine) {
             Ok(e) => e,
-            Err(_) => {
-                return Candidate {
-                    strategy,
-                    gpus: used.to_vec(),
-                    params,
-                    estimate: empty_estimate(),
-                    fits: false,
-                    overflow: u64::MAX,
-                    prediction: perf::Prediction {
-                        prefill_tokens_per_s: 0.0,
-                        decode_tokens_per_s: 0.0,
-                        time_to_first_token_ms: f64::INFINITY,
-                        time_per_output_token_ms: f64::INFINITY,
-                    },
-                    score: f64::INFINITY,
-                    knee: 0.0,
-                };
-            }
+            Err(_) => return failed(params),
+        };
+        let host = Dev {
+            perf: cpu_perf(threads),
+            ..host.clone()
         };
         let devs: Vec<&Dev> = std::iter::once(&host)
             .chain(used.iter().map(|&i| &gpus[i]))
@@ -601,6 +816,14 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         for (d, m) in devs.iter().zip(&est.devices) {
             let room = d.capacity.saturating_sub(d.reserve);
             overflow = overflow.max(m.total_bytes.saturating_sub(room));
+        }
+        // Unified memory (Apple): what the GPU holds comes out of the same RAM as the host's share.
+        if used
+            .iter()
+            .any(|&i| gpus[i].backend == Some(Backend::Metal))
+        {
+            let room = host.capacity.saturating_sub(host.reserve);
+            overflow = overflow.max(est.total_bytes.saturating_sub(room));
         }
         let ld = loads(model, &est, devs.len());
         let mut host_perf = host.perf.clone();
@@ -628,6 +851,8 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             strategy,
             gpus: used.to_vec(),
             params,
+            ctx_seq,
+            threads,
             estimate: est,
             fits: overflow == 0,
             overflow,
@@ -637,7 +862,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         }
     };
 
-    // Context per the policy, or pinned by the user.
+    // Context per sequence, by the policy or pinned by the user; -c is that times the sequences.
     let mut candidates: Vec<Candidate> = Vec::new();
     for (strategy, used, ngl, cpu_moe) in &placements {
         for &kv in &kv_types {
@@ -697,25 +922,9 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             }
         }
     }
-    // The best score wins; candidates within TIE of it are ties, broken toward less memory. (A comparator that
-    // treats near scores as equal is not a total order, so the tie band is taken around the best score.)
-    let fitting: Vec<&Candidate> = candidates.iter().filter(|c| c.fits).collect();
-    let best = fitting
-        .iter()
-        .map(|c| c.score)
-        .fold(f64::INFINITY, f64::min);
-    let winner = fitting
-        .iter()
-        .filter(|c| c.score <= best + TIE * best.abs())
-        .min_by(|a, b| {
-            a.estimate
-                .total_bytes
-                .cmp(&b.estimate.total_bytes)
-                .then(a.score.total_cmp(&b.score))
-        })
-        .copied();
+    let (winner, kv_decision) = choose(&candidates, preferred_kv, &|t| kv_min_gain(set, t));
     let (chosen, status) = match winner {
-        Some(c) => ((*c).clone(), Status::Fits),
+        Some(c) => (c.clone(), Status::Fits),
         None => {
             let nearest = candidates
                 .iter()
@@ -736,38 +945,45 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
     };
 
     // Provenance of the decided values.
-    match (inp.overrides.context_length, &w.context) {
-        (Some(c), _) => put(
-            &mut prov,
-            "settings.context_length",
-            Source::User,
-            format!("-c {c}"),
-        ),
-        (None, ContextPolicy::Fixed { tokens }) => put(
-            &mut prov,
-            "settings.context_length",
+    let per_seq = match (inp.overrides.context_length, &w.context) {
+        (Some(c), _) => (Source::User, format!("-c {c} tokens per sequence")),
+        (None, ContextPolicy::Fixed { tokens }) => (
             Source::Profile,
             format!(
-                "workload {}: fixed {tokens} tokens (model trains {n_ctx_train})",
+                "workload {}: fixed {tokens} tokens per sequence (model trains {n_ctx_train})",
                 w.id
             ),
         ),
-        (None, ContextPolicy::ModelMax) => put(
-            &mut prov,
-            "settings.context_length",
+        (None, ContextPolicy::ModelMax) => (
             Source::Profile,
-            format!("workload {}: the model's trained context", w.id),
+            format!(
+                "workload {}: the model's trained context per sequence",
+                w.id
+            ),
         ),
-        (None, ContextPolicy::LargestFit { floor }) => put(
-            &mut prov,
-            "settings.context_length",
+        (None, ContextPolicy::LargestFit { floor }) => (
             Source::Computed,
             format!(
-                "workload {}: the largest context that fits (floor {floor}), by the llama.cpp memory model",
+                "workload {}: the largest context per sequence that fits (floor {floor}), by the llama.cpp memory model",
                 w.id
             ),
         ),
-    }
+    };
+    put(
+        &mut prov,
+        "settings.context_per_sequence",
+        per_seq.0,
+        per_seq.1,
+    );
+    put(
+        &mut prov,
+        "settings.context_length",
+        Source::Computed,
+        format!(
+            "-c = {} tokens per sequence x {} sequences: llama-server divides -c evenly among its slots when -np is given (its KV cache is unified only when -np is auto, common/arg.cpp --kv-unified), so each conversation gets the whole per-sequence context; a unified cache would let one long conversation take cells the others were promised",
+            chosen.ctx_seq, chosen.params.n_parallel
+        ),
+    );
     if inp.overrides.parallel.is_none() && chosen.params.n_parallel != n_par {
         put(
             &mut prov,
@@ -778,19 +994,43 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 chosen.knee, chosen.params.n_parallel, w.id, w.concurrency
             ),
         );
+    } else if inp.overrides.parallel.is_some() {
+        put(
+            &mut prov,
+            "settings.parallel",
+            Source::User,
+            format!("--parallel {n_par}"),
+        );
     } else {
         put(
             &mut prov,
             "settings.parallel",
-            if inp.overrides.parallel.is_some() {
-                Source::User
-            } else {
-                Source::Profile
-            },
+            Source::Profile,
             format!("workload {} concurrency {}", w.id, w.concurrency),
         );
     }
-    put(&mut prov, "settings.threads", Source::Rule, threads_rule);
+    let threads_detail = if chosen.threads == threads_gpu.0 && chosen.threads != threads_all.0 {
+        threads_gpu.1.clone()
+    } else if chosen.strategy == Strategy::Cpu || chosen.gpus.is_empty() {
+        threads_all.1.clone()
+    } else if chosen.params.n_gpu_layers < (n_layer + 1) as i32 || chosen.params.n_cpu_moe > 0 {
+        format!(
+            "the host computes the layers (or experts) left on it, so it gets the CPU threads: {}",
+            threads_all.1
+        )
+    } else {
+        threads_gpu.1.clone()
+    };
+    put(
+        &mut prov,
+        "settings.threads",
+        if chosen.threads == threads_gpu.0 && chosen.threads != threads_all.0 {
+            Source::Heuristic
+        } else {
+            Source::Rule
+        },
+        threads_detail,
+    );
     put(
         &mut prov,
         "settings.flash_attention",
@@ -814,11 +1054,8 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
     put(
         &mut prov,
         "settings.cache_type_k",
-        Source::Profile,
-        format!(
-            "workload {} prefers {:?}; the best-scoring type that fits",
-            w.id, w.precision.kv_cache
-        ),
+        kv_decision.0,
+        kv_decision.1,
     );
     put(
         &mut prov,
@@ -867,7 +1104,18 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         );
     }
 
-    let alternatives = alternatives(&candidates, &chosen);
+    let sla = sla_checks(w, &chosen.prediction);
+    for c in sla.iter().filter(|c| c.status == SlaStatus::Missed) {
+        warnings.push(format!(
+            "SLA missed: predicted {} {:.1} ms against workload {}'s target {:.1} ms ({:.1} ms over)",
+            c.target.replace('_', " "),
+            c.predicted_ms,
+            w.id,
+            c.target_ms,
+            -c.margin_ms
+        ));
+    }
+    let alternatives = alternatives(&candidates, &chosen, objective, w);
     Ok(document(
         inp,
         &chosen,
@@ -876,14 +1124,146 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         &gpus,
         gpu_refs,
         &class_id,
-        n_threads,
         fa,
         precision,
         prov,
         alternatives,
         suggestions,
         warnings,
+        sla,
     ))
+}
+
+/// The fitting candidate with the best score; candidates within [`TIE`] of it are ties, broken toward less
+/// memory. The workload's first KV cache type wins unless it does not fit or another type's gain clears the
+/// rule's threshold. Returns the winner and the provenance of the KV cache type.
+fn choose<'a>(
+    candidates: &'a [Candidate],
+    preferred: GgmlType,
+    min_gain: &dyn Fn(GgmlType) -> Option<(f64, String)>,
+) -> (Option<&'a Candidate>, (Source, String)) {
+    let best_of = |filter: &dyn Fn(&Candidate) -> bool| -> Option<&'a Candidate> {
+        let fitting: Vec<&Candidate> = candidates.iter().filter(|c| c.fits && filter(c)).collect();
+        let best = fitting
+            .iter()
+            .map(|c| c.score)
+            .fold(f64::INFINITY, f64::min);
+        fitting
+            .into_iter()
+            .filter(|c| c.score <= best + TIE * best.abs())
+            .min_by(|a, b| {
+                a.estimate
+                    .total_bytes
+                    .cmp(&b.estimate.total_bytes)
+                    .then(a.score.total_cmp(&b.score))
+            })
+    };
+    let pref_name = preferred.name().to_lowercase();
+    let any = best_of(&|_| true);
+    let pref = best_of(&|c| c.params.type_k == preferred);
+    match (any, pref) {
+        (None, _) => (
+            None,
+            (
+                Source::Profile,
+                format!("the workload prefers {pref_name}; nothing fits"),
+            ),
+        ),
+        (Some(a), None) => (
+            Some(a),
+            (
+                Source::Computed,
+                format!(
+                    "the workload prefers {pref_name}, which does not fit; {} is the best-scoring type that does",
+                    a.params.type_k.name().to_lowercase()
+                ),
+            ),
+        ),
+        (Some(a), Some(p)) if a.params.type_k == preferred || std::ptr::eq(a, p) => (
+            Some(p),
+            (
+                Source::Profile,
+                format!("the workload's preferred KV cache type {pref_name} fits"),
+            ),
+        ),
+        (Some(a), Some(p)) => {
+            let gain = if p.score > 0.0 {
+                (p.score - a.score) / p.score
+            } else {
+                0.0
+            };
+            let other = a.params.type_k.name().to_lowercase();
+            match min_gain(a.params.type_k) {
+                Some((min, id)) if gain >= min => (
+                    Some(a),
+                    (
+                        Source::Rule,
+                        format!(
+                            "{other} scores {:.1} % better than the preferred {pref_name}, clearing the {:.0} % threshold of rule {}",
+                            gain * 100.0,
+                            min * 100.0,
+                            id
+                        ),
+                    ),
+                ),
+                Some((min, id)) => (
+                    Some(p),
+                    (
+                        Source::Rule,
+                        format!(
+                            "the workload's preferred {pref_name} fits; {other} would score {:.1} % better, below the {:.0} % threshold of rule {} for giving up KV precision",
+                            gain * 100.0,
+                            min * 100.0,
+                            id
+                        ),
+                    ),
+                ),
+                None => (
+                    Some(p),
+                    (
+                        Source::Profile,
+                        format!(
+                            "the workload's preferred {pref_name} fits; {other} would score {:.1} % better, but no kv-cache rule lets {other} trade KV precision for speed",
+                            gain * 100.0
+                        ),
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+/// Each SLA target of the workload against the prediction.
+fn sla_checks(w: &WorkloadProfile, p: &perf::Prediction) -> Vec<SlaCheck> {
+    [
+        (
+            "time_to_first_token",
+            w.sla.time_to_first_token_ms,
+            p.time_to_first_token_ms,
+        ),
+        (
+            "time_per_output_token",
+            w.sla.time_per_output_token_ms,
+            p.time_per_output_token_ms,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(name, target, predicted)| {
+        let target = target?;
+        let predicted = predicted.min(1e12);
+        Some(SlaCheck {
+            target: name.into(),
+            target_ms: emit::round3(target),
+            predicted_ms: emit::round3(predicted),
+            margin_ms: emit::round3(target - predicted),
+            status: if predicted <= target {
+                SlaStatus::Met
+            } else {
+                SlaStatus::Missed
+            },
+        })
+    })
+    .collect()
 }
 
 /// PCIe 3.0 x16: 8 GT/s × 128/130 encoding × 16 lanes / 8 bits = 15.75 GB/s (PCI-SIG PCIe 3.0 base spec).
@@ -937,21 +1317,27 @@ fn suggest(
 ) -> Vec<String> {
     let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
     let mut s = vec![format!(
-        "the nearest configuration ({:?}, -ngl {}, -c {}) needs {:.2} GiB more on its fullest device",
+        "the nearest configuration ({:?}, -ngl {}, {} tokens per sequence x {} sequences) needs {:.2} GiB more on its fullest device",
         near.strategy,
         near.params.n_gpu_layers,
-        near.estimate.resolved.n_ctx,
+        near.ctx_seq,
+        near.params.n_parallel,
         gib(near.overflow)
     )];
     let kv: u64 = near.estimate.devices.iter().map(|d| d.kv_cache_bytes).sum();
     if kv >= near.overflow && near.overflow > 0 {
-        let ctx = near.estimate.resolved.n_ctx;
         let keep = 1.0 - near.overflow as f64 / kv as f64;
-        let shorter = ((f64::from(ctx) * keep) as u32 / CTX_STEP * CTX_STEP).max(CTX_STEP);
+        let shorter = ((f64::from(near.ctx_seq) * keep) as u32 / CTX_STEP * CTX_STEP).max(CTX_STEP);
         s.push(format!(
-            "a shorter context: about -c {shorter} frees the {:.2} GiB in KV cache",
+            "a shorter context: about {shorter} tokens per sequence (resolve -c {shorter}) frees the {:.2} GiB in KV cache",
             gib(near.overflow)
         ));
+        if near.params.n_parallel > 1 {
+            s.push(format!(
+                "fewer sequences: --parallel {} frees KV cache in proportion",
+                (f64::from(near.params.n_parallel) * keep).floor().max(1.0) as u32
+            ));
+        }
     }
     if near.params.type_k == GgmlType::F16 && !all.iter().any(|c| c.params.type_k == GgmlType::Q8_0)
     {
@@ -974,7 +1360,74 @@ fn suggest(
     s
 }
 
-fn alternatives(all: &[Candidate], chosen: &Candidate) -> Vec<Alternative> {
+/// Why a candidate lost, in the objective's own terms.
+fn why_lost(
+    c: &Candidate,
+    chosen: &Candidate,
+    objective: Objective,
+    w: &WorkloadProfile,
+) -> String {
+    if !c.fits {
+        return format!(
+            "does not fit: {:.2} GiB over on its fullest device",
+            c.overflow as f64 / f64::from(1u32 << 30)
+        );
+    }
+    let missed = |p: &perf::Prediction| {
+        sla_checks(w, p)
+            .into_iter()
+            .filter(|s| s.status == SlaStatus::Missed)
+            .map(|s| s.target)
+            .collect::<Vec<_>>()
+    };
+    let (m_c, m_chosen) = (missed(&c.prediction), missed(&chosen.prediction));
+    if m_c.len() > m_chosen.len() {
+        return format!("misses workload {}'s SLA on {}", w.id, m_c.join(" and "));
+    }
+    if c.score <= chosen.score * (1.0 + TIE) {
+        return format!(
+            "ties on the objective and uses more memory ({:.2} vs {:.2} GiB)",
+            c.estimate.total_bytes as f64 / f64::from(1u32 << 30),
+            chosen.estimate.total_bytes as f64 / f64::from(1u32 << 30)
+        );
+    }
+    let (a, b) = (&c.prediction, &chosen.prediction);
+    match objective {
+        Objective::Latency => format!(
+            "slower for latency: {:.1} ms per output token and {:.0} ms to the first vs {:.1} and {:.0}",
+            a.time_per_output_token_ms,
+            a.time_to_first_token_ms,
+            b.time_per_output_token_ms,
+            b.time_to_first_token_ms
+        ),
+        Objective::Throughput => format!(
+            "lower throughput: {:.1} tokens/s decode over {} sequences vs {:.1} over {}",
+            a.decode_tokens_per_s,
+            c.params.n_parallel,
+            b.decode_tokens_per_s,
+            chosen.params.n_parallel
+        ),
+        Objective::Balanced => {
+            let request = |p: &perf::Prediction| {
+                p.time_to_first_token_ms + w.generation_tokens as f64 * p.time_per_output_token_ms
+            };
+            format!(
+                "slower per request: {:.0} ms for a {}-token prompt and {} generated tokens vs {:.0}",
+                request(a),
+                w.prompt_tokens,
+                w.generation_tokens,
+                request(b)
+            )
+        }
+    }
+}
+
+fn alternatives(
+    all: &[Candidate],
+    chosen: &Candidate,
+    objective: Objective,
+    w: &WorkloadProfile,
+) -> Vec<Alternative> {
     let mut rest: Vec<&Candidate> = all
         .iter()
         .filter(|c| {
@@ -982,6 +1435,7 @@ fn alternatives(all: &[Candidate], chosen: &Candidate) -> Vec<Alternative> {
                 && c.params.n_gpu_layers == chosen.params.n_gpu_layers
                 && c.params.type_k == chosen.params.type_k
                 && c.params.n_ubatch == chosen.params.n_ubatch
+                && c.params.n_parallel == chosen.params.n_parallel
                 && c.gpus == chosen.gpus)
         })
         .collect();
@@ -999,29 +1453,19 @@ fn alternatives(all: &[Candidate], chosen: &Candidate) -> Vec<Alternative> {
         .map(|c| Alternative {
             strategy: c.strategy,
             gpu_layers: c.params.n_gpu_layers.max(0) as u32,
-            context_length: c.estimate.resolved.n_ctx,
+            context_length: c.params.n_ctx,
+            context_per_sequence: c.ctx_seq,
+            parallel: c.params.n_parallel,
             ubatch_size: c.params.n_ubatch,
             cache_type_k: c.params.type_k.name().to_lowercase(),
             cache_type_v: c.params.type_v.name().to_lowercase(),
             fits: c.fits,
+            time_to_first_token_ms: emit::round3(c.prediction.time_to_first_token_ms.min(1e12)),
             time_per_output_token_ms: emit::round3(c.prediction.time_per_output_token_ms.min(1e12)),
             decode_tokens_per_s: emit::round3(c.prediction.decode_tokens_per_s),
             total_bytes: c.estimate.total_bytes,
             score: emit::round3(c.score.min(1e15)),
-            why: if !c.fits {
-                format!(
-                    "does not fit: {:.2} GiB over on its fullest device",
-                    c.overflow as f64 / f64::from(1u32 << 30)
-                )
-            } else if c.score > chosen.score {
-                format!(
-                    "slower for the objective: {:.1} ms per output token vs {:.1}",
-                    c.prediction.time_per_output_token_ms,
-                    chosen.prediction.time_per_output_token_ms
-                )
-            } else {
-                "ties on speed and uses more memory".into()
-            },
+            why: why_lost(c, chosen, objective, w),
         })
         .collect()
 }
@@ -1035,14 +1479,19 @@ fn document(
     gpus: &[Dev],
     gpu_refs: Vec<GpuRef>,
     class_id: &str,
-    threads: u32,
     fa: bool,
     precision: String,
     provenance: BTreeMap<String, Provenance>,
     alternatives: Vec<Alternative>,
     suggestions: Vec<String>,
     mut warnings: Vec<String>,
+    sla: Vec<SlaCheck>,
 ) -> Deployment {
+    let threads = c.threads;
+    let mut gpu_refs = gpu_refs;
+    for r in &mut gpu_refs {
+        r.used = c.gpus.iter().any(|&i| gpus[i].perf.name == r.device);
+    }
     let model = inp.model;
     let inv = inp.inventory;
     let w = inp.workload;
@@ -1070,7 +1519,7 @@ fn document(
     }];
     for k in 0..per_gpu.len() {
         placement_devices.push(PlacementDevice {
-            device: format!("cuda:{}", devs[k + 1].gpu.unwrap_or(0)),
+            device: devs[k + 1].perf.name.clone(),
             layers: range(Some(k)),
             output_layer: output_dev == Some(k),
         });
@@ -1082,7 +1531,8 @@ fn document(
         devices: placement_devices,
     };
     let settings = Settings {
-        context_length: est.resolved.n_ctx,
+        context_length: c.params.n_ctx,
+        context_per_sequence: c.ctx_seq,
         batch_size: c.params.n_batch,
         ubatch_size: est.resolved.n_ubatch,
         parallel: c.params.n_parallel,
@@ -1099,8 +1549,9 @@ fn document(
             .devices
             .iter()
             .zip(&devs)
+            // The memory model names GPUs by position in the plan; the document by identity.
             .map(|(m, d)| MemoryDevice {
-                device: m.device.clone(),
+                device: d.perf.name.clone(),
                 weights_bytes: m.weights_bytes,
                 weights_repack_bytes: m.weights_repack_bytes,
                 kv_cache_bytes: m.kv_cache_bytes,
@@ -1118,18 +1569,27 @@ fn document(
     let mut requests = BTreeMap::new();
     requests.insert("memory".to_string(), host_bytes.to_string());
     requests.insert("cpu".to_string(), threads.to_string());
-    if !c.gpus.is_empty() {
-        requests.insert("nvidia.com/gpu".to_string(), c.gpus.len().to_string());
+    // Extended resources of the vendors' Kubernetes device plugins; Apple GPUs have none (no Kubernetes on macOS).
+    match devs.get(1).and_then(|d| d.backend) {
+        Some(Backend::Cuda) => {
+            requests.insert("nvidia.com/gpu".to_string(), c.gpus.len().to_string());
+        }
+        Some(Backend::Rocm) => {
+            requests.insert("amd.com/gpu".to_string(), c.gpus.len().to_string());
+        }
+        Some(Backend::Metal) | None => {}
     }
     let launch = Launch {
-        llama_server: emit::Argv {
-            argv: emit::llama_server_argv(inp.model_path, &settings, &placement),
-        },
+        llama_server: emit::llama_server_argv(inp.model_path, &settings, &placement),
         ollama: Ollama {
-            num_ctx: est.resolved.n_ctx_seq,
+            num_ctx: c.ctx_seq,
             num_gpu: ngl,
             num_thread: threads,
             num_batch: est.resolved.n_ubatch,
+            env: BTreeMap::from([(
+                "OLLAMA_NUM_PARALLEL".to_string(),
+                c.params.n_parallel.to_string(),
+            )]),
         },
         kubernetes: Kubernetes {
             resources: Resources {
@@ -1183,6 +1643,7 @@ fn document(
             time_per_output_token_ms: emit::round3(c.prediction.time_per_output_token_ms.min(1e12)),
             basis: Basis::Analytic,
             score: emit::round3(c.score.min(1e15)),
+            sla,
         },
         launch,
         provenance,

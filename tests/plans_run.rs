@@ -1,0 +1,468 @@
+//! Issue 8, "plans you can run": each test guards one way an emitted plan failed to start or meant something
+//! other than the preset asked for. Library-level where the planner decides, binary-level where the exit code
+//! or the written file is the contract.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use optimizer::emit::{Deployment, SlaStatus, Source, Status, Strategy};
+use optimizer::hardware::{self, Inventory};
+use optimizer::model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
+use optimizer::model::{self, ModelSpec};
+use optimizer::plan::{self, Inputs, Measurements, Overrides, PlanError};
+use optimizer::profile::{self, ProfileSet};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn inventory(name: &str) -> Inventory {
+    hardware::load_inventory(&root().join("tests/fixtures/inventories").join(name)).unwrap()
+}
+
+fn inline(yaml: &str) -> Inventory {
+    serde_yaml_ng::from_str(yaml).unwrap()
+}
+
+fn synth(dir: &Path, name: &str, shape: LlamaShape) -> (PathBuf, ModelSpec) {
+    let path = dir.join(name);
+    write_sparse(&synthetic_llama(shape), &path).unwrap();
+    let spec = model::load(&path).unwrap();
+    (path, spec)
+}
+
+fn plan_with(
+    spec: &ModelSpec,
+    inv: &Inventory,
+    workload: &str,
+    set: &ProfileSet,
+    overrides: &Overrides,
+) -> Result<Deployment, PlanError> {
+    plan::resolve(&Inputs {
+        model: spec,
+        model_path: "m.gguf",
+        inventory: inv,
+        hardware_source: "inventory",
+        profiles: set,
+        workload: &set.workload(workload).unwrap().value,
+        measurements: &Measurements::default(),
+        overrides,
+    })
+}
+
+fn plan(spec: &ModelSpec, inv: &Inventory, workload: &str) -> Deployment {
+    let set = profile::load(&[]).unwrap();
+    plan_with(spec, inv, workload, &set, &Overrides::default()).unwrap()
+}
+
+/// The value following `flag` in an argv.
+fn flag<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
+    argv.iter()
+        .position(|a| a == flag)
+        .and_then(|i| argv.get(i + 1))
+        .map(String::as_str)
+}
+
+const CPU_2_CORES: &str = "
+cpu: {model: AMD EPYC, vendor: AuthenticAMD, physical_cores: 2, logical_cpus: 2, features: [sse4.2, avx, avx2, fma, f16c]}
+memory: {total_bytes: 25769803776, available_bytes: 23622320128}
+";
+
+const H100_ON_96_CORES: &str = "
+cpu: {model: AMD EPYC 9654 96-Core Processor, vendor: AuthenticAMD, physical_cores: 96, logical_cpus: 192,
+      features: [sse4.2, avx, avx2, fma, f16c, avx512f]}
+memory: {total_bytes: 824633720832, available_bytes: 790273982464}
+gpus:
+  - {index: 0, name: NVIDIA H100 80GB HBM3, vendor: nvidia, memory_total_bytes: 85520809984,
+     memory_free_bytes: 84987740160, compute_capability: '9.0', pci_id: '10de:2330'}
+";
+
+#[test]
+fn chat_context_is_per_sequence_and_minus_c_is_the_total_over_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let d = plan(&m8, &inventory("cloud-8xh100.yaml"), "chat");
+    let s = &d.settings;
+    // chat: 8192 tokens per conversation, 4 conversations (profiles/workloads/chat.yaml).
+    assert_eq!(s.context_per_sequence, 8192);
+    assert_eq!(s.parallel, 4);
+    assert_eq!(s.context_length, 8192 * 4);
+    let argv = &d.launch.llama_server.argv;
+    assert_eq!(flag(argv, "-c"), Some("32768"));
+    assert_eq!(flag(argv, "-np"), Some("4"));
+    assert!(!argv.iter().any(|a| a == "-kvu" || a == "--kv-unified"));
+    assert_eq!(
+        d.launch.ollama.num_ctx, 8192,
+        "Ollama's num_ctx is per request"
+    );
+    assert_eq!(d.launch.ollama.env["OLLAMA_NUM_PARALLEL"], "4");
+    // The KV cache holds 4 x 8192 cells: Llama-3-8B f16 keeps 2 x 8 KV heads x 128 x 2 bytes x 32 layers
+    // = 131072 bytes per cell, so 32768 cells = 4 GiB.
+    let kv: u64 = d.memory.devices.iter().map(|m| m.kv_cache_bytes).sum();
+    if s.cache_type_k == "f16" {
+        assert_eq!(kv, 32768 * 131_072);
+    }
+    let p = &d.provenance["settings.context_length"].detail;
+    assert!(p.contains("8192 tokens per sequence x 4 sequences"), "{p}");
+}
+
+#[test]
+fn a_cpu_only_plan_on_a_two_core_host_uses_both_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
+    for w in ["inference", "chat", "batch-inference"] {
+        let d = plan(&m1, &inline(CPU_2_CORES), w);
+        assert_eq!(d.placement.strategy, Strategy::Cpu);
+        assert_eq!(
+            d.settings.threads, 2,
+            "{w}: {:?}",
+            d.provenance["settings.threads"]
+        );
+        assert_eq!(flag(&d.launch.llama_server.argv, "-t"), Some("2"));
+    }
+}
+
+#[test]
+fn a_full_gpu_plan_on_a_96_core_host_asks_for_few_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let d = plan(&m8, &inline(H100_ON_96_CORES), "inference");
+    assert_eq!(d.placement.strategy, Strategy::Gpu);
+    assert!(d.settings.threads <= 4, "threads {}", d.settings.threads);
+    let cpu: u32 = d.launch.kubernetes.resources.requests["cpu"]
+        .parse()
+        .unwrap();
+    assert!(
+        cpu <= 4,
+        "Kubernetes asks for {cpu} CPUs for a plan that computes on the GPU"
+    );
+    assert_eq!(d.provenance["settings.threads"].source, Source::Heuristic);
+}
+
+#[test]
+fn the_preferred_f16_kv_cache_is_kept_when_it_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    // inference and chat prefer f16 (profiles/workloads/*.yaml kv_cache: [f16, q8_0]); on an H100 it fits.
+    for w in ["inference", "chat", "code-generation"] {
+        let d = plan(&m8, &inline(H100_ON_96_CORES), w);
+        assert_eq!(d.settings.cache_type_k, "f16", "{w}");
+        assert_eq!(d.settings.cache_type_v, "f16", "{w}");
+        let why = &d.provenance["settings.cache_type_k"].detail;
+        assert!(why.contains("f16"), "{why}");
+    }
+}
+
+#[test]
+fn every_sla_target_is_reported_met_or_missed_and_a_miss_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    // An 8B model on a 2-core CPU cannot reach chat's 50 ms per token.
+    let d = plan(&m8, &inline(CPU_2_CORES), "chat");
+    assert_eq!(d.performance.sla.len(), 2, "both of chat's targets");
+    let tpot = d
+        .performance
+        .sla
+        .iter()
+        .find(|c| c.target == "time_per_output_token")
+        .unwrap();
+    assert_eq!(tpot.target_ms, 50.0);
+    assert_eq!(tpot.status, SlaStatus::Missed);
+    assert!(tpot.margin_ms < 0.0);
+    assert!(
+        (tpot.target_ms - tpot.predicted_ms - tpot.margin_ms).abs() < 1e-2,
+        "margin = target - predicted"
+    );
+    assert!(
+        d.warnings.iter().any(|w| w.starts_with("SLA missed")),
+        "{:?}",
+        d.warnings
+    );
+    // And on an H100 the same plan meets it, with no warning.
+    let d = plan(&m8, &inline(H100_ON_96_CORES), "chat");
+    assert!(d.performance.sla.iter().all(|c| c.status == SlaStatus::Met));
+    assert!(!d.warnings.iter().any(|w| w.starts_with("SLA missed")));
+}
+
+#[test]
+fn alternatives_say_why_they_lost_in_the_objectives_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let d = plan(
+        &m8,
+        &inventory("workstation-2x3090.yaml"),
+        "batch-inference",
+    );
+    for a in d.alternatives.iter().filter(|a| a.fits) {
+        assert!(
+            a.why.contains("throughput")
+                || a.why.contains("SLA")
+                || a.why.contains("ties on the objective"),
+            "{}",
+            a.why
+        );
+    }
+    let d = plan(&m8, &inventory("workstation-2x3090.yaml"), "inference");
+    for a in d.alternatives.iter().filter(|a| a.fits) {
+        assert!(
+            a.why.contains("latency") || a.why.contains("SLA") || a.why.contains("ties"),
+            "{}",
+            a.why
+        );
+    }
+}
+
+#[test]
+fn the_plan_pins_the_gpu_it_planned_and_names_it_the_same_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    // GPU 0 is nearly full (another process holds it); the plan must take GPU 1 and say so everywhere.
+    let inv = inline(
+        "
+cpu: {model: x, vendor: AuthenticAMD, physical_cores: 16, logical_cpus: 32, features: [avx2, fma, f16c]}
+memory: {total_bytes: 68719476736, available_bytes: 61203283968}
+gpus:
+  - {index: 0, name: NVIDIA GeForce RTX 3090, vendor: nvidia, memory_total_bytes: 25769803776,
+     memory_free_bytes: 1073741824, compute_capability: '8.6', pci_id: '10de:2204'}
+  - {index: 1, name: NVIDIA GeForce RTX 3090, vendor: nvidia, memory_total_bytes: 25769803776,
+     memory_free_bytes: 25390219264, compute_capability: '8.6', pci_id: '10de:2204'}
+",
+    );
+    let d = plan(&m8, &inv, "inference");
+    assert_eq!(d.placement.strategy, Strategy::Gpu);
+    let gpu_devices: Vec<&str> = d
+        .placement
+        .devices
+        .iter()
+        .map(|p| p.device.as_str())
+        .filter(|n| *n != "cpu")
+        .collect();
+    assert_eq!(gpu_devices, ["cuda:1"]);
+    let mem = d.memory.devices.iter().find(|m| m.device != "cpu").unwrap();
+    assert_eq!(mem.device, "cuda:1");
+    assert_eq!(mem.capacity_bytes, 25390219264, "GPU 1's free memory");
+    let launch = &d.launch.llama_server;
+    assert_eq!(launch.env["CUDA_VISIBLE_DEVICES"], "1");
+    assert_eq!(launch.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+    assert_eq!(flag(&launch.argv, "-dev"), Some("CUDA0"));
+    let used: Vec<&str> = d
+        .hardware
+        .gpus
+        .iter()
+        .filter(|g| g.used)
+        .map(|g| g.device.as_str())
+        .collect();
+    assert_eq!(used, ["cuda:1"]);
+}
+
+#[test]
+fn a_two_gpu_plan_pins_both_in_layer_order_with_its_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m70) = synth(dir.path(), "m70.gguf", LlamaShape::LLAMA3_70B);
+    let d = plan(&m70, &inventory("workstation-2x3090.yaml"), "inference");
+    assert_eq!(d.placement.strategy, Strategy::MultiGpu);
+    let launch = &d.launch.llama_server;
+    assert_eq!(launch.env["CUDA_VISIBLE_DEVICES"], "0,1");
+    assert_eq!(flag(&launch.argv, "-dev"), Some("CUDA0,CUDA1"));
+    assert_eq!(flag(&launch.argv, "-sm"), Some("layer"));
+    assert!(flag(&launch.argv, "-ts").is_some());
+    let names: Vec<&str> = d.memory.devices.iter().map(|m| m.device.as_str()).collect();
+    assert_eq!(names, ["cpu", "cuda:0", "cuda:1"]);
+}
+
+#[test]
+fn a_cpu_only_plan_keeps_a_gpu_build_off_the_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
+    let d = plan(&m1, &inline(CPU_2_CORES), "inference");
+    assert_eq!(flag(&d.launch.llama_server.argv, "-dev"), Some("none"));
+    assert!(d.launch.llama_server.env.is_empty());
+}
+
+#[test]
+fn no_emitted_argv_uses_no_mmap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    for inv in ["cpu-server.yaml", "gtx1650-4gb.yaml", "laptop-rtx4060.yaml"] {
+        for w in ["inference", "chat", "batch-inference", "long-context"] {
+            let d = plan(&m8, &inventory(inv), w);
+            assert!(
+                !d.launch.llama_server.argv.iter().any(|a| a == "--no-mmap"),
+                "{inv} {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn intel_gpus_are_reported_unused_with_a_reason_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
+    let inv = inline(
+        "
+cpu: {model: x, vendor: GenuineIntel, physical_cores: 8, logical_cpus: 16, features: [avx2, fma, f16c]}
+memory: {total_bytes: 34359738368, available_bytes: 30000000000}
+gpus:
+  - {index: 0, name: Intel Arc A770 Graphics, vendor: intel, memory_total_bytes: 17179869184,
+     memory_free_bytes: 17179869184}
+",
+    );
+    let d = plan(&m1, &inv, "inference");
+    assert_eq!(d.hardware.gpus.len(), 1, "listed");
+    assert!(!d.hardware.gpus[0].used);
+    assert!(
+        d.warnings.iter().any(|w| w.contains("Intel Arc A770")),
+        "{:?}",
+        d.warnings
+    );
+}
+
+#[test]
+fn an_amd_gpu_is_planned_on_the_hip_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let inv = inline(
+        "
+cpu: {model: x, vendor: AuthenticAMD, physical_cores: 16, logical_cpus: 32, features: [avx2, fma, f16c]}
+memory: {total_bytes: 68719476736, available_bytes: 61203283968}
+gpus:
+  - {index: 0, name: AMD Radeon RX 7900 XTX, vendor: amd, memory_total_bytes: 25753026560,
+     memory_free_bytes: 25000000000, peak_bandwidth_bytes_per_s: 960000000000,
+     memory_bus_width_bits: 384, max_memory_clock_mhz: 2500}
+",
+    );
+    let d = plan(&m8, &inv, "inference");
+    assert!(d.hardware.gpus[0].used, "{:?}", d.warnings);
+    assert_eq!(d.placement.strategy, Strategy::Gpu);
+    assert_eq!(d.launch.llama_server.env["HIP_VISIBLE_DEVICES"], "0");
+    assert_eq!(flag(&d.launch.llama_server.argv, "-dev"), Some("ROCm0"));
+    assert_eq!(d.launch.kubernetes.resources.requests["amd.com/gpu"], "1");
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.contains("not measured on ROCm"))
+    );
+}
+
+#[test]
+fn refusals_are_errors_not_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
+    let set = profile::load(&[]).unwrap();
+    let inv = inline(CPU_2_CORES);
+    let o = |c: Option<u32>, p: Option<u32>| Overrides {
+        context_length: c,
+        parallel: p,
+        ..Overrides::default()
+    };
+    // -c 4294967295 once wrapped to `context_length: 0` and `status: fits`.
+    assert!(matches!(
+        plan_with(&m1, &inv, "inference", &set, &o(Some(u32::MAX), None)),
+        Err(PlanError::Usage(_))
+    ));
+    assert!(matches!(
+        plan_with(&m1, &inv, "inference", &set, &o(Some(0), None)),
+        Err(PlanError::Usage(_))
+    ));
+    // --parallel 0 once became 1, credited to the workload.
+    assert!(matches!(
+        plan_with(&m1, &inv, "inference", &set, &o(None, Some(0))),
+        Err(PlanError::Usage(_))
+    ));
+    // A context per sequence that fits but whose total over 4 slots exceeds llama.cpp's uint32 -c.
+    let d = plan_with(&m1, &inv, "inference", &set, &o(Some(1 << 30), Some(8))).unwrap();
+    assert_eq!(d.status, Status::NoFit);
+    // Too many GPUs is a hardware description the planner refuses, not minutes of search.
+    let mut many = inline(H100_ON_96_CORES);
+    let g = many.gpus[0].clone();
+    many.gpus = (0..=plan::MAX_GPUS as u32)
+        .map(|i| {
+            let mut g = g.clone();
+            g.index = i;
+            g
+        })
+        .collect();
+    assert!(matches!(
+        plan_with(&m1, &many, "inference", &set, &Overrides::default()),
+        Err(PlanError::Hardware(_))
+    ));
+}
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
+    c.env(
+        "OPTIMIZER_DB",
+        std::env::temp_dir().join(format!("optimizer-plans-run-{}.db", std::process::id())),
+    );
+    c
+}
+
+#[test]
+fn a_safetensors_checkpoint_is_refused_with_a_hint_to_convert() {
+    let o = bin()
+        .arg("--inventory")
+        .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+        .args(["resolve", "-m"])
+        .arg(root().join("tests/fixtures/safetensors/llama-bf16"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        o.stdout.is_empty(),
+        "no document for a plan that cannot start"
+    );
+    assert!(err.contains("GGUF") && err.contains("convert"), "{err}");
+}
+
+#[test]
+fn a_split_model_passed_by_a_later_shard_launches_the_first() {
+    let o = bin()
+        .arg("--inventory")
+        .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+        .args(["resolve", "--format", "json", "-m"])
+        .arg(root().join("tests/fixtures/gguf/split/llama-split-00002-of-00003.gguf"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let argv = doc["launch"]["llama_server"]["argv"].as_array().unwrap();
+    let m = argv
+        .iter()
+        .position(|a| a == "-m")
+        .and_then(|i| argv[i + 1].as_str())
+        .unwrap();
+    assert!(m.ends_with("llama-split-00001-of-00003.gguf"), "{m}");
+}
+
+#[test]
+fn out_of_range_flags_exit_2_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m1, _) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
+    for args in [
+        vec!["-c", "4294967295"],
+        vec!["--parallel", "0"],
+        vec!["--hardware", "1000000x:h100-sxm"],
+    ] {
+        let o = bin()
+            .arg("--inventory")
+            .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+            .args(["resolve", "-m"])
+            .arg(&m1)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}
