@@ -1,10 +1,29 @@
 //! Profiles: hardware devices, workload presets and rule tables as validated YAML data.
 //!
 //! The built-in set is embedded in the binary (an installed `optimizer` works anywhere) and overlaid by user
-//! directories (`$XDG_CONFIG_HOME/optimizer/profiles`, then each `--profiles DIR`); a profile whose id matches
-//! an earlier one replaces it and says so. Every file is checked against its JSON Schema (generated from
-//! [`types`]), then deserialized, then checked for what a schema cannot say (sources for every number,
-//! TFLOPS consistent with SMs × clock, unique ids, non-overlapping match rules). May touch: profile files.
+//! directories (`$XDG_CONFIG_HOME/optimizer/profiles`, then each `--profiles DIR`). Every file is checked against
+//! its JSON Schema (generated from [`types`]), then deserialized, then checked for what a schema cannot say
+//! (sources for every number, finite numbers, named limits, TFLOPS consistent with SMs × clock, unique ids,
+//! non-overlapping match rules). May touch: profile files.
+//!
+//! # Overlay semantics
+//! - A file whose id equals a built-in one (a hardware profile, a workload, or a rule *table*) replaces it
+//!   whole, and `profiles list` says which built-in it overrides. The user directories form one layer: the same
+//!   id in two user files is an error naming both.
+//! - Rule rows of one kind from every table in force are merged. A query ([`ProfileSet::reserve`],
+//!   [`ProfileSet::efficiency`], [`ProfileSet::cpu_threads`], [`ProfileSet::precision`],
+//!   [`ProfileSet::attention`], [`ProfileSet::kv_cache`]) takes the rows of the runtime it plans before
+//!   runtime-neutral (`any`) rows, so a llama.cpp plan never cites a vLLM or PyTorch rule.
+//! - Memory reserves add up (every `reserve` row for the device and runtime applies), with checked arithmetic.
+//!   Every other kind answers a query with one row: two rows in force that would answer the same case (the
+//!   same runtime, device and phase for efficiency; the same objective for threads; the same runtime and
+//!   device with overlapping compute capabilities, and for attention the same `min_sequence`; one runtime
+//!   overhead per runtime and device; one kv-cache row per runtime and type) are an error naming both rows and
+//!   both files, as is a rule id defined twice (provenance cites a rule by its id alone).
+//! - To change a built-in row, replace its table (same table id); to add rows, add a table with a new id.
+//!
+//! Trade-off: conflicting rows are refused rather than resolved by file order, so an overlay cannot shadow a
+//! built-in row silently, at the cost of copying a whole table to change one row of it.
 
 pub mod matching;
 pub mod schema;

@@ -1,8 +1,13 @@
-//! Validation of profile files: JSON Schema first (every error, with its instance path), then the typed value,
-//! then what a schema cannot say. Per file: the id is the file name in lower-kebab-case; every number is
-//! positive and finite and has a source; PCI ids and compute capabilities are well formed. Across files: ids
-//! are unique, a hardware profile's architecture exists and its TFLOPS agree with SMs × boost clock × the
-//! architecture's per-SM rate (within [`TFLOPS_TOLERANCE`]), and no device would match two profiles.
+//! Validation of profile files: JSON Schema first (every error, with its instance path; a rule table against
+//! the schema of its own `kind`), then the typed value, then what a schema cannot say. Per file: no NaN or
+//! infinity anywhere (named by field path; JSON would read them as absent); the id is the file name in
+//! lower-kebab-case; every number is positive and finite and has a source; workload numbers are within named
+//! limits ([`MAX_CONCURRENCY`], [`MAX_CONTEXT_TOKENS`], …) and a typical request fits one sequence's context;
+//! rule rows are within theirs ([`MAX_RESERVE_FIXED_BYTES`], reserve fractions in [0, 1)); PCI ids and compute
+//! capabilities are well formed. Across files: ids are unique, rule ids are unique across every table and no
+//! two rule rows answer the same query (the overlay semantics in [`super`]), a hardware profile's architecture
+//! exists and its TFLOPS agree with SMs × boost clock × the architecture's per-SM rate (within
+//! [`TFLOPS_TOLERANCE`]), and no device would match two profiles.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -98,6 +103,44 @@ fn validator(kind: ProfileKind) -> Result<&'static jsonschema::Validator, String
     })
     .as_ref()
     .map_err(Clone::clone)
+}
+
+/// The validator for one kind of rule table: the `rules` schema with its `oneOf` narrowed to the branch whose
+/// `kind` is `table_kind`, so an error inside a table is reported at its instance path (`/rules/0/runtime`)
+/// rather than as "not valid under any of the schemas listed in the 'oneOf' keyword". `None` for an unknown
+/// kind (the full schema reports it).
+fn rule_table_validator(table_kind: &str) -> Option<&'static jsonschema::Validator> {
+    static BY_KIND: OnceLock<BTreeMap<String, jsonschema::Validator>> = OnceLock::new();
+    BY_KIND
+        .get_or_init(|| {
+            let mut out = BTreeMap::new();
+            let Some(root) = super::schema::by_name("rules") else {
+                return out;
+            };
+            let branches = root
+                .get("oneOf")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for branch in branches {
+                let Some(kind) = branch
+                    .pointer("/properties/kind/const")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                else {
+                    continue;
+                };
+                let mut schema = branch.clone();
+                if let (Some(o), Some(defs)) = (schema.as_object_mut(), root.get("$defs")) {
+                    o.insert("$defs".into(), defs.clone());
+                }
+                if let Ok(v) = jsonschema::validator_for(&schema) {
+                    out.insert(kind, v);
+                }
+            }
+            out
+        })
+        .get(table_kind)
 }
 
 /// Guesses a file's kind from its content when its directory does not say.
@@ -678,6 +721,10 @@ pub fn validate_files(
                 d(String::new(), e);
                 continue;
             }
+        };
+        let validator = match (kind, value.get("kind").and_then(Value::as_str)) {
+            (ProfileKind::Rules, Some(k)) => rule_table_validator(k).unwrap_or(validator),
+            _ => validator,
         };
         let errors: Vec<(String, String)> = validator
             .iter_errors(&value)
