@@ -425,3 +425,152 @@ fn user_overlay_overrides_a_builtin_and_says_so() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("overrides builtin:workloads/"), "{out}");
 }
+
+#[test]
+fn nan_and_infinity_are_refused_not_read_as_absent() {
+    // Regression: `.nan` became JSON null, which an optional field reads as absent, so the profile was valid.
+    let d = check(base(&GPU.replace("tdp_w: 450", "tdp_w: .nan")));
+    expect_one(
+        &d,
+        "hardware/test-gpu.yaml",
+        "/tdp_w",
+        "not a finite number",
+    );
+    let d = check(base(
+        &GPU.replace("bandwidth_gb_s: 1008", "bandwidth_gb_s: -.inf"),
+    ));
+    expect_one(
+        &d,
+        "hardware/test-gpu.yaml",
+        "/memory/bandwidth_gb_s",
+        "not a finite number",
+    );
+    let w = WORKLOAD.replace(
+        "sla: {time_per_output_token_ms: 50}",
+        "sla: {time_per_output_token_ms: .inf}",
+    );
+    let d = check(vec![file(ProfileKind::Workload, "test-chat", &w)]);
+    expect_one(
+        &d,
+        "workloads/test-chat.yaml",
+        "/sla/time_per_output_token_ms",
+        "not a finite number",
+    );
+    let rules = "kind: memory-reserves\nid: memory-reserves\nrules:\n  - {id: cpu-nan, device: cpu, runtime: any, fixed_bytes: 0, fraction: .NaN, why: t, source: t}\n";
+    let d = check(vec![file(ProfileKind::Rules, "memory-reserves", rules)]);
+    expect_one(
+        &d,
+        "rules/memory-reserves.yaml",
+        "/rules/0/fraction",
+        "not a finite number",
+    );
+}
+
+#[test]
+fn workload_concurrency_beyond_the_limit_is_refused() {
+    // Regression: concurrency 2^32 + 1 was planned as `-np 1` (truncated to u32, then max(1)).
+    let w = WORKLOAD.replace("concurrency: 4", "concurrency: 4294967297");
+    let d = check(vec![file(ProfileKind::Workload, "test-chat", &w)]);
+    expect_one(
+        &d,
+        "workloads/test-chat.yaml",
+        "/concurrency",
+        "exceeds the limit of 256",
+    );
+    let ok = WORKLOAD.replace("concurrency: 4", "concurrency: 256");
+    assert_eq!(
+        check(vec![file(ProfileKind::Workload, "test-chat", &ok)]),
+        vec![]
+    );
+}
+
+#[test]
+fn every_workload_number_is_bounded() {
+    let max = optimizer::profile::validate::MAX_CONTEXT_TOKENS + 1;
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            WORKLOAD.replace("tokens: 8192}", &format!("tokens: {max}}}")),
+            "/context/tokens",
+            "exceeds the limit",
+        ),
+        (
+            WORKLOAD.replace(
+                "{policy: fixed, tokens: 8192}",
+                &format!("{{policy: largest-fit, floor: {max}}}"),
+            ),
+            "/context/floor",
+            "exceeds the limit",
+        ),
+        (
+            WORKLOAD.replace("prompt_tokens: 1024", &format!("prompt_tokens: {max}")),
+            "/prompt_tokens",
+            "exceeds the limit",
+        ),
+        (
+            WORKLOAD.replace(
+                "generation_tokens: 256",
+                &format!("generation_tokens: {max}"),
+            ),
+            "/generation_tokens",
+            "exceeds the limit",
+        ),
+        (
+            WORKLOAD.replace("prompt_tokens: 1024", "prompt_tokens: 8000"),
+            "/context/tokens",
+            "cannot hold a typical request",
+        ),
+        (
+            WORKLOAD.replace(
+                "time_per_output_token_ms: 50",
+                "time_per_output_token_ms: 0",
+            ),
+            "/sla/time_per_output_token_ms",
+            "positive",
+        ),
+        (
+            WORKLOAD.replace(
+                "time_per_output_token_ms: 50",
+                "time_per_output_token_ms: 1e12",
+            ),
+            "/sla/time_per_output_token_ms",
+            "exceeds the limit",
+        ),
+        (
+            WORKLOAD.replace("concurrency: 4", "concurrency: 0"),
+            "/concurrency",
+            "positive",
+        ),
+    ];
+    for (text, at, needle) in cases {
+        let d = check(vec![file(ProfileKind::Workload, "test-chat", &text)]);
+        expect_one(&d, "workloads/test-chat.yaml", at, needle);
+    }
+    let train = |micro: u64, rank: u64| {
+        WORKLOAD.replace("mode: inference", "mode: fine-tune")
+            + &format!(
+                "training: {{optimizer: adamw, micro_batch: {micro}, sequence_length: 2048, gradient_checkpointing: true, lora_rank: {rank}}}\n"
+            )
+    };
+    let d = check(vec![file(
+        ProfileKind::Workload,
+        "test-chat",
+        &train(4097, 8),
+    )]);
+    expect_one(
+        &d,
+        "test-chat.yaml",
+        "/training/micro_batch",
+        "exceeds the limit",
+    );
+    let d = check(vec![file(
+        ProfileKind::Workload,
+        "test-chat",
+        &train(8, 16_385),
+    )]);
+    expect_one(
+        &d,
+        "test-chat.yaml",
+        "/training/lora_rank",
+        "exceeds the limit",
+    );
+}

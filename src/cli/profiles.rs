@@ -95,6 +95,7 @@ fn table_kind(t: &RuleTable) -> (&str, &'static str) {
         RuleTable::CpuThreads { id, .. } => (id, "rules: cpu-threads"),
         RuleTable::GpuArchitectures { id, .. } => (id, "rules: gpu-architectures"),
         RuleTable::Efficiency { id, .. } => (id, "rules: efficiency"),
+        RuleTable::KvCache { id, .. } => (id, "rules: kv-cache"),
     }
 }
 

@@ -181,7 +181,7 @@ fn rule_reserve(set: &ProfileSet, device: ReserveTarget, capacity: u64) -> (u64,
     for e in &set.rules {
         if let RuleTable::MemoryReserves { rules, .. } = &e.value {
             for r in rules.iter().filter(|r| r.device == device) {
-                if r.runtime != "llama.cpp" && r.runtime != "any" {
+                if !r.runtime.applies_to(crate::profile::RuntimeId::LlamaCpp) {
                     continue;
                 }
                 // The CUDA context row is the estimate's per-GPU overhead, not a reserve.
@@ -203,7 +203,7 @@ fn efficiency(set: &ProfileSet, device: ReserveTarget, phase: Phase) -> Option<(
             .find(|r| {
                 r.device == device
                     && r.phase == phase
-                    && (r.runtime == "llama.cpp" || r.runtime == "any")
+                    && r.runtime.applies_to(crate::profile::RuntimeId::LlamaCpp)
             })
             .map(|r| (r.efficiency, r.id.clone())),
         _ => None,

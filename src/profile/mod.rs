@@ -1,10 +1,29 @@
 //! Profiles: hardware devices, workload presets and rule tables as validated YAML data.
 //!
 //! The built-in set is embedded in the binary (an installed `optimizer` works anywhere) and overlaid by user
-//! directories (`$XDG_CONFIG_HOME/optimizer/profiles`, then each `--profiles DIR`); a profile whose id matches
-//! an earlier one replaces it and says so. Every file is checked against its JSON Schema (generated from
-//! [`types`]), then deserialized, then checked for what a schema cannot say (sources for every number,
-//! TFLOPS consistent with SMs × clock, unique ids, non-overlapping match rules). May touch: profile files.
+//! directories (`$XDG_CONFIG_HOME/optimizer/profiles`, then each `--profiles DIR`). Every file is checked against
+//! its JSON Schema (generated from [`types`]), then deserialized, then checked for what a schema cannot say
+//! (sources for every number, finite numbers, named limits, TFLOPS consistent with SMs × clock, unique ids,
+//! non-overlapping match rules). May touch: profile files.
+//!
+//! # Overlay semantics
+//! - A file whose id equals a built-in one (a hardware profile, a workload, or a rule *table*) replaces it
+//!   whole, and `profiles list` says which built-in it overrides. The user directories form one layer: the same
+//!   id in two user files is an error naming both.
+//! - Rule rows of one kind from every table in force are merged. A query ([`ProfileSet::reserve`],
+//!   [`ProfileSet::efficiency`], [`ProfileSet::cpu_threads`], [`ProfileSet::precision`],
+//!   [`ProfileSet::attention`], [`ProfileSet::kv_cache`]) takes the rows of the runtime it plans before
+//!   runtime-neutral (`any`) rows, so a llama.cpp plan never cites a vLLM or PyTorch rule.
+//! - Memory reserves add up (every `reserve` row for the device and runtime applies), with checked arithmetic.
+//!   Every other kind answers a query with one row: two rows in force that would answer the same case (the
+//!   same runtime, device and phase for efficiency; the same objective for threads; the same runtime and
+//!   device with overlapping compute capabilities, and for attention the same `min_sequence`; one runtime
+//!   overhead per runtime and device; one kv-cache row per runtime and type) are an error naming both rows and
+//!   both files, as is a rule id defined twice (provenance cites a rule by its id alone).
+//! - To change a built-in row, replace its table (same table id); to add rows, add a table with a new id.
+//!
+//! Trade-off: conflicting rows are refused rather than resolved by file order, so an overlay cannot shadow a
+//! built-in row silently, at the cost of copying a whole table to change one row of it.
 
 pub mod matching;
 pub mod schema;
@@ -72,6 +91,34 @@ pub struct ProfileSet {
     pub rules: Vec<Entry<RuleTable>>,
 }
 
+/// A rule query that cannot be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// The reserves that apply sum past `u64::MAX` bytes (validation bounds each row, so only many huge rows
+    /// reach this).
+    #[error(
+        "memory reserves {rules:?} for {runtime} on a {target:?} of {capacity_bytes} bytes overflow 64-bit arithmetic"
+    )]
+    ReserveOverflow {
+        target: ReserveTarget,
+        runtime: RuntimeId,
+        capacity_bytes: u64,
+        rules: Vec<String>,
+    },
+}
+
+/// Picks the best of `rows` for `runtime`: rows for the runtime itself before `any` rows, then the greatest
+/// `specificity` (ties cannot arise in a validated set: validation refuses two rows that apply to one case).
+fn best<'a, T>(
+    rows: impl Iterator<Item = &'a T>,
+    runtime: RuntimeId,
+    row_runtime: impl Fn(&T) -> RuntimeId,
+    specificity: impl Fn(&T) -> u64,
+) -> Option<&'a T> {
+    rows.filter(|r| row_runtime(r).applies_to(runtime))
+        .max_by_key(|r| (row_runtime(r) == runtime, specificity(r)))
+}
+
 impl ProfileSet {
     pub fn hardware(&self, id: &str) -> Option<&Entry<HardwareProfile>> {
         self.hardware.iter().find(|e| e.value.id == id)
@@ -85,18 +132,11 @@ impl ProfileSet {
     /// workspace); the memory model adds it to each GPU, so the planner does not reserve it again.
     pub const LLAMA_CPP_GPU_OVERHEAD_RULE: &'static str = "gpu-llama-cpp-cuda-context";
 
-    /// llama.cpp's per-GPU runtime overhead in bytes and the rule it comes from (0 and `None` without one).
+    /// llama.cpp's per-GPU runtime overhead in bytes and the rule it comes from (0 and `None` without one):
+    /// the `runtime-overhead` row for GPUs and llama.cpp.
     pub fn llama_cpp_gpu_overhead(&self) -> (u64, Option<&str>) {
-        self.rules
-            .iter()
-            .find_map(|e| match &e.value {
-                RuleTable::MemoryReserves { rules, .. } => rules
-                    .iter()
-                    .find(|r| r.id == Self::LLAMA_CPP_GPU_OVERHEAD_RULE)
-                    .map(|r| (r.fixed_bytes, Some(r.id.as_str()))),
-                _ => None,
-            })
-            .unwrap_or((0, None))
+        self.runtime_overhead(ReserveTarget::Gpu, RuntimeId::LlamaCpp)
+            .map_or((0, None), |r| (r.fixed_bytes, Some(r.id.as_str())))
     }
 
     /// The GPU architecture rows of every `gpu-architectures` table.
@@ -105,6 +145,185 @@ impl ProfileSet {
             RuleTable::GpuArchitectures { rules, .. } => rules.as_slice(),
             _ => &[],
         })
+    }
+
+    /// Every memory-reserve row in force, from every table.
+    pub fn reserve_rules(&self) -> impl Iterator<Item = &ReserveRule> {
+        self.rules.iter().flat_map(|e| match &e.value {
+            RuleTable::MemoryReserves { rules, .. } => rules.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// Every efficiency row in force.
+    pub fn efficiency_rules(&self) -> impl Iterator<Item = &EfficiencyRule> {
+        self.rules.iter().flat_map(|e| match &e.value {
+            RuleTable::Efficiency { rules, .. } => rules.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// Every cpu-threads row in force.
+    pub fn thread_rules(&self) -> impl Iterator<Item = &ThreadRule> {
+        self.rules.iter().flat_map(|e| match &e.value {
+            RuleTable::CpuThreads { rules, .. } => rules.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// Every precision row in force.
+    pub fn precision_rules(&self) -> impl Iterator<Item = &PrecisionRule> {
+        self.rules.iter().flat_map(|e| match &e.value {
+            RuleTable::Precision { rules, .. } => rules.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// Every attention row in force.
+    pub fn attention_rules(&self) -> impl Iterator<Item = &AttentionRule> {
+        self.rules.iter().flat_map(|e| match &e.value {
+            RuleTable::Attention { rules, .. } => rules.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// Every kv-cache row in force.
+    pub fn kv_cache_rules(&self) -> impl Iterator<Item = &KvCacheRule> {
+        self.rules.iter().flat_map(|e| match &e.value {
+            RuleTable::KvCache { rules, .. } => rules.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// Memory to leave alone on a device of `capacity_bytes` when `runtime` runs there: the sum, over every
+    /// `reserve` row for the device kind and the runtime (or `any`), of `fixed_bytes + fraction × capacity`
+    /// (rounded down), with the ids of those rows in table order. `runtime-overhead` rows are left out: the
+    /// runtime's memory model counts them ([`Self::runtime_overhead`]). Checked arithmetic: an overflow is an
+    /// error, never a wrapped small number.
+    pub fn reserve(
+        &self,
+        target: ReserveTarget,
+        runtime: RuntimeId,
+        capacity_bytes: u64,
+    ) -> Result<(u64, Vec<String>), RuleError> {
+        let mut bytes = 0u64;
+        let mut ids = Vec::new();
+        let mut overflow = false;
+        for r in self.reserve_rules().filter(|r| {
+            r.device == target && r.role == ReserveRole::Reserve && r.runtime.applies_to(runtime)
+        }) {
+            ids.push(r.id.clone());
+            // fraction is in [0, 1) after validation, so the product is at most the capacity; a NaN (never
+            // validated) would cast to 0, and `as` saturates.
+            let share = (r.fraction * capacity_bytes as f64).floor() as u64;
+            match bytes
+                .checked_add(r.fixed_bytes)
+                .and_then(|b| b.checked_add(share))
+            {
+                Some(b) => bytes = b,
+                None => overflow = true,
+            }
+        }
+        if overflow {
+            return Err(RuleError::ReserveOverflow {
+                target,
+                runtime,
+                capacity_bytes,
+                rules: ids,
+            });
+        }
+        Ok((bytes, ids))
+    }
+
+    /// The runtime's own per-device allocation (the `runtime-overhead` row for the device kind and runtime;
+    /// validation allows at most one per pair, `any` rows counting for every runtime).
+    pub fn runtime_overhead(
+        &self,
+        target: ReserveTarget,
+        runtime: RuntimeId,
+    ) -> Option<&ReserveRule> {
+        best(
+            self.reserve_rules()
+                .filter(|r| r.device == target && r.role == ReserveRole::RuntimeOverhead),
+            runtime,
+            |r| r.runtime,
+            |_| 0,
+        )
+    }
+
+    /// The efficiency a runtime reaches on a device kind in one phase: the runtime's own row, else an `any` row.
+    pub fn efficiency(
+        &self,
+        device: ReserveTarget,
+        runtime: RuntimeId,
+        phase: Phase,
+    ) -> Option<&EfficiencyRule> {
+        best(
+            self.efficiency_rules()
+                .filter(|r| r.device == device && r.phase == phase),
+            runtime,
+            |r| r.runtime,
+            |_| 0,
+        )
+    }
+
+    /// The thread rule for an objective (validation allows one per objective).
+    pub fn cpu_threads(&self, objective: Objective) -> Option<&ThreadRule> {
+        self.thread_rules().find(|r| r.objective == objective)
+    }
+
+    /// Compute precision for `runtime` on a GPU of compute capability `cc`, or on the CPU when `cc` is `None`:
+    /// the runtime's own row, else an `any` row. Rows for one runtime and device do not overlap (validated), so
+    /// the answer does not depend on table order.
+    pub fn precision(&self, runtime: RuntimeId, cc: Option<Capability>) -> Option<&PrecisionRule> {
+        best(
+            self.precision_rules()
+                .filter(|r| device_matches(r.device, &r.compute_capability, cc)),
+            runtime,
+            |r| r.runtime,
+            |_| 0,
+        )
+    }
+
+    /// Attention kernel for `runtime` on a GPU of compute capability `cc` (the CPU when `None`) at a sequence of
+    /// `sequence_tokens`: among the rows whose range and `min_sequence` admit the case, the runtime's own rows
+    /// before `any` rows, then the largest `min_sequence` (the most specific row).
+    pub fn attention(
+        &self,
+        runtime: RuntimeId,
+        cc: Option<Capability>,
+        sequence_tokens: u64,
+    ) -> Option<&AttentionRule> {
+        best(
+            self.attention_rules().filter(|r| {
+                device_matches(r.device, &r.compute_capability, cc)
+                    && r.min_sequence.is_none_or(|m| sequence_tokens >= m)
+            }),
+            runtime,
+            |r| r.runtime,
+            |r| r.min_sequence.unwrap_or(0),
+        )
+    }
+
+    /// When `runtime` may store the KV cache as `cache_type` instead of the workload's preference: the
+    /// runtime's own row, else an `any` row. `None`: only when memory requires it.
+    pub fn kv_cache(&self, runtime: RuntimeId, cache_type: &str) -> Option<&KvCacheRule> {
+        best(
+            self.kv_cache_rules()
+                .filter(|r| r.cache_type.eq_ignore_ascii_case(cache_type)),
+            runtime,
+            |r| r.runtime,
+            |_| 0,
+        )
+    }
+}
+
+/// A GPU case (`cc` given) matches GPU rows whose range holds it; the CPU case matches CPU rows.
+fn device_matches(device: ReserveTarget, range: &CapabilityRange, cc: Option<Capability>) -> bool {
+    match (device, cc) {
+        (ReserveTarget::Gpu, Some(cc)) => range.contains(cc),
+        (ReserveTarget::Cpu, None) => true,
+        _ => false,
     }
 }
 

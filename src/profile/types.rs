@@ -294,6 +294,20 @@ pub enum AttentionKernel {
     SdpaFused,
     SdpaMath,
     Chunked,
+    /// llama.cpp's CUDA FlashAttention on tensor cores (`fattn-mma-f16`; the vector kernel for one-token decode).
+    LlamaCppFattnMma,
+    /// llama.cpp's CUDA FlashAttention without tensor cores (`fattn-tile`, `fattn-vec`).
+    LlamaCppFattnTile,
+    /// llama.cpp's CPU backend FlashAttention (`ggml_compute_forward_flash_attn_ext`).
+    LlamaCppFattnCpu,
+}
+
+impl AttentionKernel {
+    /// Whether the kernel fuses softmax into the matmuls without materialising the score matrix (for
+    /// llama.cpp: `-fa on`).
+    pub fn fused(self) -> bool {
+        !matches!(self, AttentionKernel::SdpaMath)
+    }
 }
 
 /// Compute capability range `[min, max]` (inclusive), as `"8.0"` strings; absent ends are open.
@@ -310,6 +324,19 @@ pub struct CapabilityRange {
 pub type Capability = (u32, u32);
 
 impl CapabilityRange {
+    /// No bound on either end.
+    pub fn is_open(&self) -> bool {
+        self.min.is_none() && self.max.is_none()
+    }
+
+    /// Whether two ranges share a capability (unparsable bounds count as open, as in [`Self::contains`]).
+    pub fn overlaps(&self, other: &CapabilityRange) -> bool {
+        let (a_lo, a_hi) = self.bounds();
+        let (b_lo, b_hi) = other.bounds();
+        let below = |hi: Option<Capability>, lo: Option<Capability>| matches!((hi, lo), (Some(h), Some(l)) if h < l);
+        !below(a_hi, b_lo) && !below(b_hi, a_lo)
+    }
+
     /// The bounds; an unparsable bound counts as open (validation reports it).
     pub fn bounds(&self) -> (Option<Capability>, Option<Capability>) {
         let parse = |s: &Option<String>| s.as_deref().and_then(crate::hardware::parse_capability);
@@ -323,10 +350,58 @@ impl CapabilityRange {
     }
 }
 
+/// The engine a rule applies to. `any` marks a runtime-neutral rule; a query for one runtime takes that
+/// runtime's rows first and the `any` rows after (see `ProfileSet`'s queries).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum RuntimeId {
+    /// llama.cpp (llama-server, Ollama): GGUF inference.
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+    /// vLLM: safetensors serving.
+    #[serde(rename = "vllm")]
+    Vllm,
+    /// PyTorch training and fine-tuning (FlashAttention, SDPA).
+    #[serde(rename = "torch")]
+    Torch,
+    /// Runtime-neutral.
+    #[serde(rename = "any")]
+    Any,
+}
+
+impl RuntimeId {
+    /// The name as profiles spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeId::LlamaCpp => "llama.cpp",
+            RuntimeId::Vllm => "vllm",
+            RuntimeId::Torch => "torch",
+            RuntimeId::Any => "any",
+        }
+    }
+
+    /// Whether a rule for `self` applies when planning for `runtime`.
+    pub fn applies_to(self, runtime: RuntimeId) -> bool {
+        self == RuntimeId::Any || self == runtime
+    }
+}
+
+impl std::fmt::Display for RuntimeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Compute precision by device (and, for GPUs, compute capability) for one runtime.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrecisionRule {
     pub id: String,
+    pub runtime: RuntimeId,
+    pub device: ReserveTarget,
+    /// GPU rows only; absent: every compute capability. A CPU row has none.
+    #[serde(default, skip_serializing_if = "CapabilityRange::is_open")]
     pub compute_capability: CapabilityRange,
     pub precision: Precision,
     /// Whether TF32 tensor math is enabled for FP32 matmuls.
@@ -334,10 +409,15 @@ pub struct PrecisionRule {
     pub why: String,
 }
 
+/// Attention kernel by device (and compute capability) and sequence length for one runtime.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionRule {
     pub id: String,
+    pub runtime: RuntimeId,
+    pub device: ReserveTarget,
+    /// GPU rows only; absent: every compute capability. A CPU row has none.
+    #[serde(default, skip_serializing_if = "CapabilityRange::is_open")]
     pub compute_capability: CapabilityRange,
     /// Applies from this sequence length on (tokens); absent: any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -346,7 +426,7 @@ pub struct AttentionRule {
     pub why: String,
 }
 
-/// Where a memory reserve applies.
+/// Which kind of device a rule applies to (memory reserves, efficiencies, precision and attention rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReserveTarget {
@@ -354,13 +434,34 @@ pub enum ReserveTarget {
     Cpu,
 }
 
+/// What a memory-reserve row is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReserveRole {
+    /// Memory the plan leaves alone: subtracted from capacity ([`crate::profile::ProfileSet::reserve`]).
+    #[default]
+    Reserve,
+    /// Memory the runtime itself allocates per device (CUDA context, cuBLAS workspace): the runtime's memory
+    /// model counts it, so it is not a reserve too. At most one per (device, runtime).
+    RuntimeOverhead,
+}
+
+impl ReserveRole {
+    fn is_reserve(&self) -> bool {
+        *self == ReserveRole::Reserve
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveRule {
     pub id: String,
     pub device: ReserveTarget,
-    /// Runtime the reserve is measured for (`llama.cpp`, `vllm`, `any`).
-    pub runtime: String,
+    /// Runtime the reserve is measured for.
+    pub runtime: RuntimeId,
+    /// `reserve` (default) or `runtime-overhead`.
+    #[serde(default, skip_serializing_if = "ReserveRole::is_reserve")]
+    pub role: ReserveRole,
     /// Fixed bytes held per device by the runtime (CUDA context, cuBLAS workspace).
     pub fixed_bytes: u64,
     /// Safety margin as a fraction of the device's capacity.
@@ -379,6 +480,17 @@ pub struct ThreadRule {
     /// Physical cores left to the system and the runtime's other threads.
     pub reserve_cores: u32,
     pub why: String,
+}
+
+impl ThreadRule {
+    /// Threads for a host with `usable_cores` physical cores: (cores − reserve) × threads per core, at least 1,
+    /// saturating at `u32::MAX` rather than wrapping.
+    pub fn threads(&self, usable_cores: u32) -> u32 {
+        usable_cores
+            .saturating_sub(self.reserve_cores)
+            .saturating_mul(self.threads_per_core)
+            .max(1)
+    }
 }
 
 /// Per-micro-architecture rates, to derive a profile for a GPU nobody has profiled.
@@ -420,11 +532,31 @@ pub enum Phase {
 pub struct EfficiencyRule {
     pub id: String,
     pub device: ReserveTarget,
-    /// `llama.cpp`, `vllm`, or `any`.
-    pub runtime: String,
+    pub runtime: RuntimeId,
     pub phase: Phase,
     /// Achieved / peak: bandwidth for decode, dense tensor (GPU) or vector (CPU) FLOPS for prefill.
     pub efficiency: f64,
+    pub why: String,
+    pub source: String,
+}
+
+/// When a runtime may store the KV cache in a type other than the workload's preferred one. Quantizing the KV
+/// cache costs quality; the planner keeps the workload's first KV type that fits unless this row's type is
+/// predicted to beat it by at least `min_gain` (relative, in the objective's own score). Without a row, or
+/// without `min_gain`, a type is used only when the types before it in the workload's list do not fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KvCacheRule {
+    pub id: String,
+    pub runtime: RuntimeId,
+    /// The KV cache type as the runtime names it (`q8_0`, `q4_0`).
+    pub cache_type: String,
+    /// Relative perplexity increase over an f16 KV cache, as measured in `source`.
+    pub perplexity_increase: f64,
+    /// Smallest predicted relative gain that justifies this type over the workload's preferred one; absent:
+    /// never for speed, only when memory requires it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_gain: Option<f64>,
     pub why: String,
     pub source: String,
 }
@@ -456,5 +588,9 @@ pub enum RuleTable {
     Efficiency {
         id: String,
         rules: Vec<EfficiencyRule>,
+    },
+    KvCache {
+        id: String,
+        rules: Vec<KvCacheRule>,
     },
 }

@@ -1,8 +1,13 @@
-//! Validation of profile files: JSON Schema first (every error, with its instance path), then the typed value,
-//! then what a schema cannot say. Per file: the id is the file name in lower-kebab-case; every number is
-//! positive and finite and has a source; PCI ids and compute capabilities are well formed. Across files: ids
-//! are unique, a hardware profile's architecture exists and its TFLOPS agree with SMs × boost clock × the
-//! architecture's per-SM rate (within [`TFLOPS_TOLERANCE`]), and no device would match two profiles.
+//! Validation of profile files: JSON Schema first (every error, with its instance path; a rule table against
+//! the schema of its own `kind`), then the typed value, then what a schema cannot say. Per file: no NaN or
+//! infinity anywhere (named by field path; JSON would read them as absent); the id is the file name in
+//! lower-kebab-case; every number is positive and finite and has a source; workload numbers are within named
+//! limits ([`MAX_CONCURRENCY`], [`MAX_CONTEXT_TOKENS`], …) and a typical request fits one sequence's context;
+//! rule rows are within theirs ([`MAX_RESERVE_FIXED_BYTES`], reserve fractions in [0, 1)); PCI ids and compute
+//! capabilities are well formed. Across files: ids are unique, rule ids are unique across every table and no
+//! two rule rows answer the same query (the overlay semantics in [`super`]), a hardware profile's architecture
+//! exists and its TFLOPS agree with SMs × boost clock × the architecture's per-SM rate (within
+//! [`TFLOPS_TOLERANCE`]), and no device would match two profiles.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -10,13 +15,58 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::matching::{candidates, tflops};
-use super::types::{DeviceKind, HardwareProfile, Mode, RuleTable, Vendor, WorkloadProfile};
+use super::types::{
+    CapabilityRange, ContextPolicy, DeviceKind, HardwareProfile, Mode, ReserveRole, ReserveTarget,
+    RuleTable, RuntimeId, Vendor, WorkloadProfile,
+};
 use super::{Entry, Origin, ProfileKind, ProfileSet, SourceFile};
 use crate::hardware::parse_capability;
 
 /// Published TFLOPS and SMs × boost clock × per-SM rate agree within 5 %: vendors round, and some quote a
 /// clock a few MHz off the one in their own tables.
 pub const TFLOPS_TOLERANCE: f64 = 0.05;
+
+/// Most sequences a workload may serve at once: the pinned llama.cpp refuses more (`LLAMA_MAX_SEQ` = 256 in
+/// src/llama-cparams.h; llama_context throws "n_seq_max must be <= 256"), and vLLM's `max_num_seqs` defaults
+/// to 256 as well. A larger preset would plan a server that does not start.
+pub const MAX_CONCURRENCY: u64 = 256;
+
+/// Longest context, per sequence, a workload may ask for (also bounds its floor, its prompt and generation
+/// lengths and a training sequence): 10 Mi tokens is above the longest trained context released (Llama 4
+/// Scout, 10M tokens), and times [`MAX_CONCURRENCY`] it stays below 2^32, so llama.cpp's `uint32_t n_ctx`
+/// (`-c` = per-sequence context × slots) cannot wrap.
+pub const MAX_CONTEXT_TOKENS: u64 = 10 * 1024 * 1024;
+
+/// Largest training micro-batch per device, in sequences: Llama 2's whole global batch is 1,024 sequences
+/// (4M tokens of 4,096); a per-device micro-batch four times that is a typo, and micro-batch ×
+/// [`MAX_CONTEXT_TOKENS`] stays below 2^36 tokens.
+pub const MAX_MICRO_BATCH: u64 = 4096;
+
+/// Largest LoRA rank: a rank above the widest released hidden size (Llama 3.1 405B, 16,384) is no longer a
+/// low-rank adapter.
+pub const MAX_LORA_RANK: u64 = 16_384;
+
+/// Largest SLA target in milliseconds: one hour to the first token or per output token is no service level;
+/// a larger figure is a unit mistake (microseconds for milliseconds).
+pub const MAX_SLA_MS: f64 = 3_600_000.0;
+
+/// Largest fixed memory reserve per device row: 1 TiB is above any single device's memory (the largest GPUs
+/// hold 192-288 GB; the largest reserve in the built-in table is 1 GiB), so a larger figure is a unit
+/// mistake, and a handful of such rows still sums far inside `u64`.
+pub const MAX_RESERVE_FIXED_BYTES: u64 = 1 << 40;
+
+/// Most threads per physical core a thread rule may ask for: the widest SMT in production is 8 ways (IBM
+/// POWER8-10); the bound also keeps cores × threads per core inside `u32`.
+pub const MAX_THREADS_PER_CORE: u32 = 8;
+
+/// Largest `min_gain` a kv-cache rule may state: a required gain above 10× is no threshold (absent `min_gain`
+/// says "never for speed").
+pub const MAX_KV_MIN_GAIN: f64 = 10.0;
+
+/// KV cache types the pinned llama.cpp accepts for `-ctk`/`-ctv` (common/arg.cpp `kv_cache_types`).
+pub const LLAMA_CPP_KV_CACHE_TYPES: &[&str] = &[
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
+];
 
 /// One problem in one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +103,44 @@ fn validator(kind: ProfileKind) -> Result<&'static jsonschema::Validator, String
     })
     .as_ref()
     .map_err(Clone::clone)
+}
+
+/// The validator for one kind of rule table: the `rules` schema with its `oneOf` narrowed to the branch whose
+/// `kind` is `table_kind`, so an error inside a table is reported at its instance path (`/rules/0/runtime`)
+/// rather than as "not valid under any of the schemas listed in the 'oneOf' keyword". `None` for an unknown
+/// kind (the full schema reports it).
+fn rule_table_validator(table_kind: &str) -> Option<&'static jsonschema::Validator> {
+    static BY_KIND: OnceLock<BTreeMap<String, jsonschema::Validator>> = OnceLock::new();
+    BY_KIND
+        .get_or_init(|| {
+            let mut out = BTreeMap::new();
+            let Some(root) = super::schema::by_name("rules") else {
+                return out;
+            };
+            let branches = root
+                .get("oneOf")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for branch in branches {
+                let Some(kind) = branch
+                    .pointer("/properties/kind/const")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                else {
+                    continue;
+                };
+                let mut schema = branch.clone();
+                if let (Some(o), Some(defs)) = (schema.as_object_mut(), root.get("$defs")) {
+                    o.insert("$defs".into(), defs.clone());
+                }
+                if let Ok(v) = jsonschema::validator_for(&schema) {
+                    out.insert(kind, v);
+                }
+            }
+            out
+        })
+        .get(table_kind)
 }
 
 /// Guesses a file's kind from its content when its directory does not say.
@@ -109,6 +197,46 @@ fn numbers(v: &Value, prefix: &str, out: &mut Vec<(String, f64)>) {
                 numbers(x, &format!("{prefix}.{i}"), out);
             }
         }
+        _ => {}
+    }
+}
+
+/// Every non-finite float (`.nan`, `.inf`, `-.inf`) in a parsed YAML document, by dotted path. JSON has no
+/// such numbers, so converting would turn them into `null`, which an optional field reads as absent.
+fn non_finite(v: &serde_yaml_ng::Value, prefix: &str, out: &mut Vec<(String, f64)>) {
+    use serde_yaml_ng::Value as Y;
+    let join = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        Y::Number(n) => {
+            if let Some(x) = n.as_f64()
+                && !x.is_finite()
+            {
+                out.push((prefix.to_string(), x));
+            }
+        }
+        Y::Mapping(m) => {
+            for (k, x) in m {
+                let key = match k {
+                    Y::String(s) => s.clone(),
+                    other => serde_yaml_ng::to_string(other)
+                        .map(|s| s.trim().to_string())
+                        .unwrap_or_default(),
+                };
+                non_finite(x, &join(&key), out);
+            }
+        }
+        Y::Sequence(items) => {
+            for (i, x) in items.iter().enumerate() {
+                non_finite(x, &join(&i.to_string()), out);
+            }
+        }
+        Y::Tagged(t) => non_finite(&t.value, prefix, out),
         _ => {}
     }
 }
@@ -245,6 +373,82 @@ fn check_workload(w: &WorkloadProfile, v: &Value, d: &mut impl FnMut(String, Str
     // Embedding and training workloads generate no tokens.
     check_positive(v, false, &["generation_tokens"], d);
     check_sources(v, &w.sources, d);
+    let mut at_most = |at: &str, x: u64, max: u64, what: &str| {
+        if x > max {
+            d(at.into(), format!("{x} exceeds the limit of {max} {what}"));
+        }
+    };
+    let (context_at, context) = match &w.context {
+        ContextPolicy::Fixed { tokens } => (Some("/context/tokens"), Some(*tokens)),
+        ContextPolicy::LargestFit { floor } => (Some("/context/floor"), Some(*floor)),
+        ContextPolicy::ModelMax => (None, None),
+    };
+    if let (Some(at), Some(tokens)) = (context_at, context) {
+        at_most(at, tokens, MAX_CONTEXT_TOKENS, "tokens per sequence");
+    }
+    at_most(
+        "/concurrency",
+        w.concurrency,
+        MAX_CONCURRENCY,
+        "sequences at once",
+    );
+    at_most(
+        "/prompt_tokens",
+        w.prompt_tokens,
+        MAX_CONTEXT_TOKENS,
+        "tokens",
+    );
+    at_most(
+        "/generation_tokens",
+        w.generation_tokens,
+        MAX_CONTEXT_TOKENS,
+        "tokens",
+    );
+    if let Some(t) = &w.training {
+        at_most(
+            "/training/micro_batch",
+            t.micro_batch,
+            MAX_MICRO_BATCH,
+            "sequences",
+        );
+        at_most(
+            "/training/sequence_length",
+            t.sequence_length,
+            MAX_CONTEXT_TOKENS,
+            "tokens",
+        );
+        if let Some(r) = t.lora_rank {
+            at_most("/training/lora_rank", r, MAX_LORA_RANK, "(rank)");
+        }
+    }
+    for (at, ms) in [
+        ("/sla/time_to_first_token_ms", w.sla.time_to_first_token_ms),
+        (
+            "/sla/time_per_output_token_ms",
+            w.sla.time_per_output_token_ms,
+        ),
+    ] {
+        if let Some(ms) = ms
+            && ms > MAX_SLA_MS
+        {
+            d(
+                at.into(),
+                format!("{ms} exceeds the limit of {MAX_SLA_MS} ms"),
+            );
+        }
+    }
+    // A typical request must fit one sequence's context, or the preset plans for requests it cannot serve.
+    if let (Some(at), Some(tokens)) = (context_at, context) {
+        let request = w.prompt_tokens.saturating_add(w.generation_tokens);
+        if request > tokens {
+            d(
+                at.into(),
+                format!(
+                    "{tokens} tokens per sequence cannot hold a typical request of prompt_tokens + generation_tokens = {request}"
+                ),
+            );
+        }
+    }
     let trains = matches!(w.mode, Mode::FineTune | Mode::Training);
     if trains != w.training.is_some() {
         d(
@@ -283,6 +487,7 @@ fn check_rules(t: &RuleTable, v: &Value, d: &mut impl FnMut(String, String)) {
         RuleTable::Efficiency { rules, .. } => {
             rules.iter().map(|r| (r.id.as_str(), None)).collect()
         }
+        RuleTable::KvCache { rules, .. } => rules.iter().map(|r| (r.id.as_str(), None)).collect(),
     };
     let mut ids = BTreeSet::new();
     for (i, (id, cc)) in rows.into_iter().enumerate() {
@@ -320,6 +525,26 @@ fn check_rules(t: &RuleTable, v: &Value, d: &mut impl FnMut(String, String)) {
             );
         }
     }
+    // A CPU row has no compute capability; a GPU row may leave it open.
+    let device_rows: Vec<(ReserveTarget, &CapabilityRange)> = match t {
+        RuleTable::Precision { rules, .. } => rules
+            .iter()
+            .map(|r| (r.device, &r.compute_capability))
+            .collect(),
+        RuleTable::Attention { rules, .. } => rules
+            .iter()
+            .map(|r| (r.device, &r.compute_capability))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for (i, (device, cc)) in device_rows.into_iter().enumerate() {
+        if device == ReserveTarget::Cpu && !cc.is_open() {
+            d(
+                format!("/rules/{i}/compute_capability"),
+                "a CPU row has no compute capability".into(),
+            );
+        }
+    }
     match t {
         RuleTable::MemoryReserves { rules, .. } => {
             for (i, r) in rules.iter().enumerate() {
@@ -327,6 +552,38 @@ fn check_rules(t: &RuleTable, v: &Value, d: &mut impl FnMut(String, String)) {
                     d(
                         format!("/rules/{i}/fraction"),
                         format!("{} must be in [0, 1)", r.fraction),
+                    );
+                }
+                if r.fixed_bytes > MAX_RESERVE_FIXED_BYTES {
+                    d(
+                        format!("/rules/{i}/fixed_bytes"),
+                        format!(
+                            "{} bytes exceeds the limit of {MAX_RESERVE_FIXED_BYTES} bytes (1 TiB) for one reserve",
+                            r.fixed_bytes
+                        ),
+                    );
+                }
+            }
+        }
+        RuleTable::KvCache { rules, .. } => {
+            for (i, r) in rules.iter().enumerate() {
+                if r.runtime == RuntimeId::LlamaCpp
+                    && !LLAMA_CPP_KV_CACHE_TYPES.contains(&r.cache_type.as_str())
+                {
+                    d(
+                        format!("/rules/{i}/cache_type"),
+                        format!(
+                            "{:?} is not a KV cache type of llama.cpp ({LLAMA_CPP_KV_CACHE_TYPES:?})",
+                            r.cache_type
+                        ),
+                    );
+                }
+                if let Some(g) = r.min_gain
+                    && !(g > 0.0 && g <= MAX_KV_MIN_GAIN)
+                {
+                    d(
+                        format!("/rules/{i}/min_gain"),
+                        format!("{g} must be in (0, {MAX_KV_MIN_GAIN}]"),
                     );
                 }
             }
@@ -343,10 +600,13 @@ fn check_rules(t: &RuleTable, v: &Value, d: &mut impl FnMut(String, String)) {
         }
         RuleTable::CpuThreads { rules, .. } => {
             for (i, r) in rules.iter().enumerate() {
-                if r.threads_per_core == 0 {
+                if r.threads_per_core == 0 || r.threads_per_core > MAX_THREADS_PER_CORE {
                     d(
                         format!("/rules/{i}/threads_per_core"),
-                        "must be at least 1".into(),
+                        format!(
+                            "{} must be in 1..={MAX_THREADS_PER_CORE}",
+                            r.threads_per_core
+                        ),
                     );
                 }
             }
@@ -362,7 +622,8 @@ fn table_id(t: &RuleTable) -> &str {
         | RuleTable::MemoryReserves { id, .. }
         | RuleTable::CpuThreads { id, .. }
         | RuleTable::GpuArchitectures { id, .. }
-        | RuleTable::Efficiency { id, .. } => id,
+        | RuleTable::Efficiency { id, .. }
+        | RuleTable::KvCache { id, .. } => id,
     }
 }
 
@@ -419,7 +680,27 @@ pub fn validate_files(
                 message,
             });
         };
-        let value: Value = match crate::yaml::from_str(&f.text) {
+        let yaml: serde_yaml_ng::Value = match crate::yaml::from_str(&f.text) {
+            Ok(v) => v,
+            Err(e) => {
+                d(String::new(), format!("invalid YAML: {e}"));
+                continue;
+            }
+        };
+        let mut bad = Vec::new();
+        non_finite(&yaml, "", &mut bad);
+        if !bad.is_empty() {
+            for (p, x) in bad {
+                d(
+                    pointer(&p),
+                    format!(
+                        "{x} is not a finite number (NaN and infinities are refused, not read as absent)"
+                    ),
+                );
+            }
+            continue;
+        }
+        let value: Value = match serde_json::to_value(&yaml) {
             Ok(v) => v,
             Err(e) => {
                 d(String::new(), format!("invalid YAML: {e}"));
@@ -440,6 +721,10 @@ pub fn validate_files(
                 d(String::new(), e);
                 continue;
             }
+        };
+        let validator = match (kind, value.get("kind").and_then(Value::as_str)) {
+            (ProfileKind::Rules, Some(k)) => rule_table_validator(k).unwrap_or(validator),
+            _ => validator,
         };
         let errors: Vec<(String, String)> = validator
             .iter_errors(&value)
@@ -515,7 +800,196 @@ pub fn validate_files(
     (set, diags)
 }
 
+/// The id of every row of a table.
+fn row_ids(t: &RuleTable) -> Vec<&str> {
+    fn ids<T>(rows: &[T], id: impl Fn(&T) -> &str) -> Vec<&str> {
+        rows.iter().map(id).collect()
+    }
+    match t {
+        RuleTable::Precision { rules, .. } => ids(rules, |r| &r.id),
+        RuleTable::Attention { rules, .. } => ids(rules, |r| &r.id),
+        RuleTable::MemoryReserves { rules, .. } => ids(rules, |r| &r.id),
+        RuleTable::CpuThreads { rules, .. } => ids(rules, |r| &r.id),
+        RuleTable::GpuArchitectures { rules, .. } => ids(rules, |r| &r.id),
+        RuleTable::Efficiency { rules, .. } => ids(rules, |r| &r.id),
+        RuleTable::KvCache { rules, .. } => ids(rules, |r| &r.id),
+    }
+}
+
+/// Every row of one kind in force: (file, index in its table, row).
+fn rows_of<'a, T>(
+    set: &'a ProfileSet,
+    pick: impl Fn(&'a RuleTable) -> Option<&'a [T]>,
+) -> Vec<(&'a str, usize, &'a T)> {
+    set.rules
+        .iter()
+        .filter_map(|e| pick(&e.value).map(|rows| (e.origin.path.as_str(), rows)))
+        .flat_map(|(path, rows)| rows.iter().enumerate().map(move |(i, r)| (path, i, r)))
+        .collect()
+}
+
+/// Reports every pair of rows that `clash` says would both answer one query, at the later row, naming the
+/// earlier one and its file.
+fn conflicts<T>(
+    rows: &[(&str, usize, &T)],
+    id: impl Fn(&T) -> &str,
+    clash: impl Fn(&T, &T) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    for (j, (path_j, index_j, b)) in rows.iter().enumerate() {
+        for (path_i, _, a) in &rows[..j] {
+            if let Some(why) = clash(a, b) {
+                diags.push(Diagnostic {
+                    path: (*path_j).to_string(),
+                    instance_path: format!("/rules/{index_j}"),
+                    message: format!(
+                        "rule {:?} conflicts with rule {:?} in {path_i}: {why}; a query would have two answers (replace the other table by giving yours its id, or narrow one row)",
+                        id(b),
+                        id(a)
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Overlay semantics for rule tables, checked on the set in force (after same-id tables replaced built-in
+/// ones): rule ids are unique across every table, and no two rows, in one table or in several, answer the
+/// same query.
+fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
+    let mut seen: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
+    for (t, e) in set.rules.iter().enumerate() {
+        for (i, id) in row_ids(&e.value).into_iter().enumerate() {
+            match seen.get(id) {
+                Some((first, path)) if *first != t => diags.push(Diagnostic {
+                    path: e.origin.path.clone(),
+                    instance_path: format!("/rules/{i}/id"),
+                    message: format!(
+                        "rule id {id:?} is also defined in {path}: provenance cites a rule by its id alone, so an id names one rule"
+                    ),
+                }),
+                Some(_) => {} // same table: reported by the per-table check
+                None => {
+                    seen.insert(id, (t, e.origin.path.as_str()));
+                }
+            }
+        }
+    }
+    let efficiency = rows_of(set, |t| match t {
+        RuleTable::Efficiency { rules, .. } => Some(rules.as_slice()),
+        _ => None,
+    });
+    conflicts(
+        &efficiency,
+        |r| &r.id,
+        |a, b| {
+            (a.device == b.device && a.runtime == b.runtime && a.phase == b.phase).then(|| {
+                format!(
+                    "both give the {} {:?} efficiency on a {:?}",
+                    a.runtime, a.phase, a.device
+                )
+            })
+        },
+        diags,
+    );
+    let threads = rows_of(set, |t| match t {
+        RuleTable::CpuThreads { rules, .. } => Some(rules.as_slice()),
+        _ => None,
+    });
+    conflicts(
+        &threads,
+        |r| &r.id,
+        |a, b| {
+            (a.objective == b.objective)
+                .then(|| format!("both set threads for objective {:?}", a.objective))
+        },
+        diags,
+    );
+    let precision = rows_of(set, |t| match t {
+        RuleTable::Precision { rules, .. } => Some(rules.as_slice()),
+        _ => None,
+    });
+    conflicts(
+        &precision,
+        |r| &r.id,
+        |a, b| {
+            (a.runtime == b.runtime
+                && a.device == b.device
+                && a.compute_capability.overlaps(&b.compute_capability))
+            .then(|| {
+                format!(
+                    "both set {} precision on a {:?} for overlapping compute capabilities",
+                    a.runtime, a.device
+                )
+            })
+        },
+        diags,
+    );
+    let attention = rows_of(set, |t| match t {
+        RuleTable::Attention { rules, .. } => Some(rules.as_slice()),
+        _ => None,
+    });
+    conflicts(
+        &attention,
+        |r| &r.id,
+        |a, b| {
+            (a.runtime == b.runtime
+                && a.device == b.device
+                && a.min_sequence == b.min_sequence
+                && a.compute_capability.overlaps(&b.compute_capability))
+            .then(|| {
+                format!(
+                    "both choose the {} attention kernel on a {:?} for overlapping compute capabilities and the same min_sequence",
+                    a.runtime, a.device
+                )
+            })
+        },
+        diags,
+    );
+    let reserves = rows_of(set, |t| match t {
+        RuleTable::MemoryReserves { rules, .. } => Some(rules.as_slice()),
+        _ => None,
+    });
+    conflicts(
+        &reserves,
+        |r| &r.id,
+        |a, b| {
+            (a.role == ReserveRole::RuntimeOverhead
+                && b.role == ReserveRole::RuntimeOverhead
+                && a.device == b.device
+                && a.runtime == b.runtime)
+                .then(|| {
+                    format!(
+                        "both give {}'s runtime overhead on a {:?}",
+                        a.runtime, a.device
+                    )
+                })
+        },
+        diags,
+    );
+    let kv = rows_of(set, |t| match t {
+        RuleTable::KvCache { rules, .. } => Some(rules.as_slice()),
+        _ => None,
+    });
+    conflicts(
+        &kv,
+        |r| &r.id,
+        |a, b| {
+            (a.runtime == b.runtime && a.cache_type.eq_ignore_ascii_case(&b.cache_type)).then(
+                || {
+                    format!(
+                        "both give {}'s threshold for a {} KV cache",
+                        a.runtime, a.cache_type
+                    )
+                },
+            )
+        },
+        diags,
+    );
+}
+
 fn check_set(set: &ProfileSet, with_builtin_rules: bool, diags: &mut Vec<Diagnostic>) {
+    check_rule_set(set, diags);
     // Architecture rules: from the set, else (for a partial set) from the built-in tables.
     let builtin;
     let mut archs: Vec<&super::ArchitectureRule> = set.architectures().collect();
