@@ -185,6 +185,8 @@ fn plan_failure(e: plan::PlanError, s: &Settings, hardware_source: &str) -> Fail
             exit::INVALID_INPUT,
             anyhow::anyhow!("{}: {e}", s.model.display()),
         ),
+        PlanError::Profile(_) => Failure::new(exit::INVALID_INPUT, e)
+            .hint("`optimizer profiles validate` checks the rule tables in force"),
         PlanError::Hardware(_) => Failure::new(
             if hardware_source == "profile" {
                 exit::USAGE

@@ -22,7 +22,7 @@ use crate::perf::{self, Basis, DeviceLoad, DevicePerf, Shape};
 use crate::profile::matching::{Resolution, resolve as match_gpu};
 use crate::profile::{
     AttentionKernel, ContextPolicy, DeviceKind, HardwareProfile, Mode, Objective, Phase,
-    ProfileSet, ReserveTarget, RuleTable, WorkloadProfile,
+    ProfileSet, ReserveTarget, RuntimeId, WorkloadProfile,
 };
 
 /// Measured figures from the store (none yet).
@@ -70,6 +70,9 @@ pub enum PlanError {
     /// The hardware description is outside what a plan covers (exit 4, naming the inventory).
     #[error("{0}")]
     Hardware(String),
+    /// The rule tables in force cannot be applied (exit 4, naming the rule).
+    #[error("{0}")]
+    Profile(String),
     /// A pinned value or workload number the planner cannot use (exit 2).
     #[error("{0}")]
     Usage(String),
@@ -175,39 +178,18 @@ struct Candidate {
     knee: f64,
 }
 
-fn rule_reserve(set: &ProfileSet, device: ReserveTarget, capacity: u64) -> (u64, Vec<String>) {
-    let mut bytes = 0u64;
-    let mut ids = Vec::new();
-    for e in &set.rules {
-        if let RuleTable::MemoryReserves { rules, .. } = &e.value {
-            for r in rules.iter().filter(|r| r.device == device) {
-                if !r.runtime.applies_to(crate::profile::RuntimeId::LlamaCpp) {
-                    continue;
-                }
-                // The CUDA context row is the estimate's per-GPU overhead, not a reserve.
-                if r.id == ProfileSet::LLAMA_CPP_GPU_OVERHEAD_RULE {
-                    continue;
-                }
-                bytes += r.fixed_bytes + (r.fraction * capacity as f64) as u64;
-                ids.push(r.id.clone());
-            }
-        }
-    }
-    (bytes, ids)
+fn rule_reserve(
+    set: &ProfileSet,
+    device: ReserveTarget,
+    capacity: u64,
+) -> Result<(u64, Vec<String>), PlanError> {
+    set.reserve(device, RuntimeId::LlamaCpp, capacity)
+        .map_err(|e| PlanError::Profile(e.to_string()))
 }
 
 fn efficiency(set: &ProfileSet, device: ReserveTarget, phase: Phase) -> Option<(f64, String)> {
-    set.rules.iter().find_map(|e| match &e.value {
-        RuleTable::Efficiency { rules, .. } => rules
-            .iter()
-            .find(|r| {
-                r.device == device
-                    && r.phase == phase
-                    && r.runtime.applies_to(crate::profile::RuntimeId::LlamaCpp)
-            })
-            .map(|r| (r.efficiency, r.id.clone())),
-        _ => None,
-    })
+    set.efficiency(device, RuntimeId::LlamaCpp, phase)
+        .map(|r| (r.efficiency, r.id.clone()))
 }
 
 /// The generic CPU class the throughput model uses for the host: by architecture, SIMD features and core count
@@ -258,9 +240,7 @@ fn usable_cores(inv: &Inventory) -> u32 {
 /// hosts.
 fn host_threads(inv: &Inventory, set: &ProfileSet, objective: Objective) -> (u32, String) {
     let usable = usable_cores(inv);
-    for e in &set.rules {
-        if let RuleTable::CpuThreads { rules, .. } = &e.value
-            && let Some(r) = rules.iter().find(|r| r.objective == objective)
+    if let Some(r) = set.cpu_threads(objective) {
         {
             let reserve = if usable >= MIN_CORES_TO_RESERVE {
                 r.reserve_cores
@@ -299,41 +279,30 @@ fn gpu_host_threads(inv: &Inventory) -> (u32, String) {
 
 /// How much faster (relative score) a KV cache of type `t` must be before the planner gives up the workload's
 /// preferred type, and the rule that says so; None: `t` is taken for memory only.
-fn kv_min_gain(_set: &ProfileSet, _t: GgmlType) -> Option<(f64, String)> {
-    None
+fn kv_min_gain(set: &ProfileSet, t: GgmlType) -> Option<(f64, String)> {
+    let r = set.kv_cache(RuntimeId::LlamaCpp, &t.name().to_lowercase())?;
+    Some((r.min_gain?, r.id.clone()))
 }
 
 /// Precision and flash attention for the GPUs in use, from the rules.
 fn precision_and_attention(
     set: &ProfileSet,
     cc: Option<(u32, u32)>,
+    sequence_tokens: u64,
 ) -> (String, Option<String>, bool, Option<String>) {
-    let Some(cc) = cc else {
-        return ("fp32".into(), None, true, None);
-    };
-    let mut precision = ("fp32".to_string(), None);
-    let mut fa = (true, None);
-    for e in &set.rules {
-        match &e.value {
-            RuleTable::Precision { rules, .. } => {
-                if let Some(r) = rules.iter().find(|r| r.compute_capability.contains(cc)) {
-                    let p = serde_json::to_value(r.precision)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string));
-                    precision = (p.unwrap_or_else(|| "fp32".into()), Some(r.id.clone()));
-                }
-            }
-            RuleTable::Attention { rules, .. } => {
-                if let Some(r) = rules
-                    .iter()
-                    .find(|r| r.compute_capability.contains(cc) && r.min_sequence.is_none())
-                {
-                    fa = (r.kernel != AttentionKernel::SdpaMath, Some(r.id.clone()));
-                }
-            }
-            _ => {}
-        }
-    }
+    let precision = set
+        .precision(RuntimeId::LlamaCpp, cc)
+        .map(|r| {
+            let p = serde_json::to_value(r.precision)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string));
+            (p.unwrap_or_else(|| "fp32".into()), Some(r.id.clone()))
+        })
+        .unwrap_or(("fp32".into(), None));
+    let fa = set
+        .attention(RuntimeId::LlamaCpp, cc, sequence_tokens)
+        .map(|r| (r.kernel != AttentionKernel::SdpaMath, Some(r.id.clone())))
+        .unwrap_or((true, None));
     (precision.0, precision.1, fa.0, fa.1)
 }
 
@@ -594,7 +563,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 g.index, g.name
             ));
         }
-        let (reserve, _) = rule_reserve(set, ReserveTarget::Gpu, g.memory_total_bytes);
+        let (reserve, _) = rule_reserve(set, ReserveTarget::Gpu, g.memory_total_bytes)?;
         let id = format!("{}:{}", backend.prefix(), g.index);
         gpu_refs.push(gpu_ref(g, backend.prefix(), &profile_id, basis, true));
         all_gpus.push(Dev {
@@ -657,7 +626,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
     let threads_all = host_threads(inv, set, objective);
     let threads_gpu = gpu_host_threads(inv);
     let (cpu_reserve, cpu_reserve_ids) =
-        rule_reserve(set, ReserveTarget::Cpu, inv.memory.total_bytes);
+        rule_reserve(set, ReserveTarget::Cpu, inv.memory.total_bytes)?;
     let host = Dev {
         perf: cpu_perf(threads_all.0),
         link_bytes_per_s: None,
@@ -669,7 +638,14 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
 
     // Settings every candidate shares.
     let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
-    let (precision, precision_rule, fa, fa_rule) = precision_and_attention(set, cc);
+    // The attention rule by the sequence length the workload asks for (the floor for largest-fit).
+    let seq_hint = match (inp.overrides.context_length, &w.context) {
+        (Some(c), _) => u64::from(c),
+        (None, ContextPolicy::Fixed { tokens }) => *tokens,
+        (None, ContextPolicy::ModelMax) => u64::from(n_ctx_train),
+        (None, ContextPolicy::LargestFit { floor }) => *floor,
+    };
+    let (precision, precision_rule, fa, fa_rule) = precision_and_attention(set, cc, seq_hint);
     let kv_types: Vec<GgmlType> = {
         let prefs: Vec<GgmlType> = w
             .precision
