@@ -350,22 +350,21 @@ impl CapabilityRange {
     }
 }
 
-/// The engine a rule applies to. `any` marks a runtime-neutral rule; a query for one runtime takes that
-/// runtime's rows first and the `any` rows after (see `ProfileSet`'s queries).
+/// The engine a rule applies to: `llama.cpp` (llama-server, Ollama: GGUF inference), `vllm` (safetensors
+/// serving), `torch` (PyTorch training and fine-tuning: FlashAttention, SDPA), or `any` for a runtime-neutral
+/// rule. A query for one runtime takes that runtime's rows first and the `any` rows after (see `ProfileSet`'s
+/// queries). The variants carry no doc comments so the schema lists the names as one `enum` and a typo is
+/// reported as "not one of" them.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
 pub enum RuntimeId {
-    /// llama.cpp (llama-server, Ollama): GGUF inference.
     #[serde(rename = "llama.cpp")]
     LlamaCpp,
-    /// vLLM: safetensors serving.
     #[serde(rename = "vllm")]
     Vllm,
-    /// PyTorch training and fine-tuning (FlashAttention, SDPA).
     #[serde(rename = "torch")]
     Torch,
-    /// Runtime-neutral.
     #[serde(rename = "any")]
     Any,
 }
