@@ -187,7 +187,11 @@ pub fn normalize_name(name: &str) -> String {
         if is_size || MEMORY_TYPES.contains(&t) || NAME_NOISE.contains(&t) {
             continue;
         }
-        if (t == "gb" || t == "gib") && out.last().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+        if (t == "gb" || t == "gib")
+            && out
+                .last()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
             out.pop();
             continue;
         }
@@ -417,7 +421,8 @@ fn heuristic<'a>(
         .filter(usable)
         .filter(|p| p.vendor == vendor)
         .collect();
-    let profile_cc = |p: &HardwareProfile| p.compute_capability.as_deref().and_then(parse_capability);
+    let profile_cc =
+        |p: &HardwareProfile| p.compute_capability.as_deref().and_then(parse_capability);
     let tiers: [(Vec<&HardwareProfile>, String, bool); 4] = [
         (
             same_vendor
@@ -436,7 +441,9 @@ fn heuristic<'a>(
                 .iter()
                 .copied()
                 .filter(|p| {
-                    arch.is_some_and(|a| profile_cc(p).is_some_and(|c| a.compute_capability.contains(c)))
+                    arch.is_some_and(|a| {
+                        profile_cc(p).is_some_and(|c| a.compute_capability.contains(c))
+                    })
                 })
                 .collect(),
             format!(
@@ -461,7 +468,8 @@ fn heuristic<'a>(
             false,
         ),
     ];
-    let Some((peers, peers_are, same_arch)) = tiers.into_iter().find(|(p, _, _)| !p.is_empty()) else {
+    let Some((peers, peers_are, same_arch)) = tiers.into_iter().find(|(p, _, _)| !p.is_empty())
+    else {
         return Resolution::Unresolved {
             notes: vec![format!(
                 "{}: no profile matches, the probe gave no memory clock and bus width, and no hardware \
@@ -509,13 +517,15 @@ fn heuristic<'a>(
     );
     sources.insert(
         "memory.bandwidth_gb_s".to_string(),
-        format!("heuristic: lowest bandwidth among the {among} ({})", bw_from.id),
+        format!(
+            "heuristic: lowest bandwidth among the {among} ({})",
+            bw_from.id
+        ),
     );
     let mut tensor = None;
     let mut vector = None;
     if same_arch {
-        if let Some((t, from)) =
-            min_by(&|p| p.tensor_tflops.as_ref().and_then(|t| t.fp16_fp32acc))
+        if let Some((t, from)) = min_by(&|p| p.tensor_tflops.as_ref().and_then(|t| t.fp16_fp32acc))
         {
             tensor = Some(TensorTflops {
                 fp16_fp32acc: Some(t),
@@ -524,7 +534,10 @@ fn heuristic<'a>(
             basis.push_str(&format!(", FP16 tensor {t:.1} TFLOPS ({})", from.id));
             sources.insert(
                 "tensor_tflops".to_string(),
-                format!("heuristic: lowest FP16 tensor TFLOPS among the {among} ({})", from.id),
+                format!(
+                    "heuristic: lowest FP16 tensor TFLOPS among the {among} ({})",
+                    from.id
+                ),
             );
         }
         if let Some((v, from)) = min_by(&|p| p.vector_tflops.as_ref().and_then(|v| v.fp32)) {
@@ -535,7 +548,10 @@ fn heuristic<'a>(
             basis.push_str(&format!(", FP32 vector {v:.1} TFLOPS ({})", from.id));
             sources.insert(
                 "vector_tflops".to_string(),
-                format!("heuristic: lowest FP32 TFLOPS among the {among} ({})", from.id),
+                format!(
+                    "heuristic: lowest FP32 TFLOPS among the {among} ({})",
+                    from.id
+                ),
             );
         }
     }
@@ -701,7 +717,9 @@ pub fn gpu_from_profile(
         max_sm_clock_mhz: p.boost_clock_mhz,
         max_memory_clock_mhz: None,
         memory_bus_width_bits: p.memory.bus_width_bits,
-        peak_bandwidth_bytes_per_s: (bandwidth.is_finite() && bandwidth > 0.0 && bandwidth < u64::MAX as f64)
+        peak_bandwidth_bytes_per_s: (bandwidth.is_finite()
+            && bandwidth > 0.0
+            && bandwidth < u64::MAX as f64)
             .then_some(bandwidth as u64),
         pcie_generation: p.interconnect.as_ref().and_then(|i| i.pcie_gen),
         pcie_width: p.interconnect.as_ref().and_then(|i| i.pcie_lanes),
