@@ -3,8 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use optimizer::hardware::{self, Bound, Inventory};
-use optimizer::profile::matching::{MatchedBy, Resolution, resolve};
+use optimizer::hardware::{self, Bound, GpuVendor, Inventory};
+use optimizer::profile::matching::{
+    MatchedBy, Resolution, gpu_from_profile, normalize_name, resolve, usable_gpu_bytes,
+};
 use optimizer::profile::{self, ArchitectureRule, HardwareProfile, ProfileSet};
 
 fn fixture(name: &str) -> PathBuf {
@@ -33,9 +35,11 @@ fn resolved(inv: &Inventory, set: &ProfileSet) -> Vec<(String, &'static str)> {
                 match by {
                     MatchedBy::PciId => "pci",
                     MatchedBy::Name => "name",
+                    MatchedBy::NormalizedName => "normalized",
                 },
             ),
             Resolution::Derived { profile, .. } => (profile.id.clone(), "derived"),
+            Resolution::Heuristic { profile, .. } => (profile.id.clone(), "heuristic"),
             Resolution::Unresolved { .. } => (String::new(), "unresolved"),
         })
         .collect()
@@ -88,19 +92,23 @@ fn memory_size_tells_apart_profiles_that_share_a_name() {
 }
 
 #[test]
-fn unseen_gpus_get_heuristic_profiles_from_their_probe() {
+fn unseen_gpus_get_derived_profiles_from_their_probe() {
     let set = builtin();
     let hw: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<&ArchitectureRule> = set.architectures().collect();
 
-    // Blackwell (12.0) has no architecture rule: bandwidth is derived, TFLOPS are not, and the notes say so.
-    let inv = inventory("unseen-gpu.yaml");
-    let Resolution::Derived { profile, notes } = resolve(&inv.gpus[0], &hw, &archs) else {
+    // An unprofiled Blackwell GeForce part (12.0): bandwidth from the probe's clock and bus, TFLOPS from the
+    // blackwell-geforce rates: 170 SMs × 3,090 MHz × 512 = 268.9 TFLOPS.
+    let mut g = inventory("unseen-gpu.yaml").gpus[0].clone();
+    g.name = "NVIDIA GeForce RTX 5095".into();
+    g.pci_id = None;
+    let Resolution::Derived { profile, .. } = resolve(&g, &hw, &archs) else {
         panic!("expected a derived profile");
     };
     assert!((profile.memory.bandwidth_gb_s - 1792.128).abs() < 1e-6);
-    assert!(profile.tensor_tflops.is_none());
-    assert!(notes.iter().any(|n| n.contains("12.0")), "{notes:?}");
+    assert_eq!(profile.architecture.as_deref(), Some("blackwell-geforce"));
+    let t = profile.tensor_tflops.and_then(|t| t.fp16_fp32acc).unwrap();
+    assert!((t - 170.0 * 3090.0 * 512.0 / 1e6).abs() < 0.01, "{t}");
     assert!(
         profile
             .sources
@@ -108,22 +116,495 @@ fn unseen_gpus_get_heuristic_profiles_from_their_probe() {
             .all(|s| s.starts_with("heuristic") || s.starts_with("probe"))
     );
 
-    // A laptop RTX 4060 has no profile of its own; Ada's rates give 24 SMs × 3,105 MHz × 512 = 38.2 TFLOPS.
-    let inv = inventory("laptop-rtx4060.yaml");
-    let Resolution::Derived { profile, .. } = resolve(&inv.gpus[0], &hw, &archs) else {
+    // Compute capability 13.0 has no architecture rule: bandwidth is derived, TFLOPS are not, and the notes
+    // say so.
+    g.compute_capability = Some("13.0".into());
+    let Resolution::Derived { profile, notes } = resolve(&g, &hw, &archs) else {
+        panic!("expected a derived profile");
+    };
+    assert!(profile.tensor_tflops.is_none());
+    assert!(notes.iter().any(|n| n.contains("13.0")), "{notes:?}");
+
+    // An unprofiled Ada laptop part: 24 SMs × 3,105 MHz × 512 = 38.2 TFLOPS.
+    let mut g = inventory("laptop-rtx4060.yaml").gpus[0].clone();
+    g.name = "NVIDIA GeForce RTX 4065 Laptop GPU".into();
+    g.pci_id = None;
+    let Resolution::Derived { profile, .. } = resolve(&g, &hw, &archs) else {
         panic!("expected a derived profile");
     };
     let t = profile.tensor_tflops.and_then(|t| t.fp16_fp32acc).unwrap();
     assert!((t - 24.0 * 3105.0 * 512.0 / 1e6).abs() < 0.01, "{t}");
     assert_eq!(profile.architecture.as_deref(), Some("ada-geforce"));
+}
 
-    // Without memory clock and bus width nothing can be derived, and the resolution says why.
+/// Regression (issue 8, "Hardware that is dropped"): nvidia-smi's view of a laptop GPU (name, memory, compute
+/// capability; no PCI id, clocks or bus width) used to resolve to `Unresolved`, and the planner left it out.
+#[test]
+fn a_gpu_without_pci_id_clock_or_bus_width_is_not_dropped() {
+    let set = builtin();
+    let hw: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
+    let archs: Vec<&ArchitectureRule> = set.architectures().collect();
+    let inv = inventory("laptop-nvidia-smi.yaml");
+    assert_eq!(
+        resolved(&inv, &set),
+        vec![("rtx-4060-laptop".into(), "name")]
+    );
+
+    // The same GPU under a name no profile knows: lower bounds from the profiled compute-capability-8.9 GPUs
+    // with at most its 8 GiB. The lowest bandwidth is the RTX 4050 Laptop's 192 GB/s, the lowest FP16 tensor
+    // rate its 18.0 TFLOPS (20 SMs × 1,755 MHz × 512).
     let mut g = inv.gpus[0].clone();
-    g.peak_bandwidth_bytes_per_s = None;
+    g.name = "NVIDIA GeForce RTX 4065 Laptop GPU".into();
+    let Resolution::Heuristic {
+        profile,
+        basis,
+        hint,
+    } = resolve(&g, &hw, &archs)
+    else {
+        panic!("expected a heuristic profile");
+    };
+    assert_eq!(profile.memory.bandwidth_gb_s, 192.0);
+    assert_eq!(
+        profile.tensor_tflops.as_ref().and_then(|t| t.fp16_fp32acc),
+        Some(18.0)
+    );
+    assert_eq!(profile.memory.size_bytes, Some(g.memory_total_bytes));
+    assert_eq!(profile.architecture.as_deref(), Some("ada-geforce"));
+    assert!(
+        basis.contains("rtx-4050-laptop") && basis.contains("compute capability 8.9"),
+        "{basis}"
+    );
+    assert!(
+        hint.contains("profile") && hint.contains("calibrate"),
+        "{hint}"
+    );
+    assert!(
+        profile
+            .sources
+            .values()
+            .all(|s| s.starts_with("heuristic") || s.starts_with("probe"))
+    );
+    // Every bound is at most what each profiled 8.9 part of no more memory has.
+    for p in hw.iter().filter(|p| {
+        p.compute_capability.as_deref() == Some("8.9")
+            && p.memory.size_bytes.is_some_and(|s| s <= 8 << 30)
+    }) {
+        assert!(
+            profile.memory.bandwidth_gb_s <= p.memory.bandwidth_gb_s,
+            "{}",
+            p.id
+        );
+    }
+
+    // Only a GPU with no memory size is unresolved, and it says why.
+    g.memory_total_bytes = 0;
+    g.memory_free_bytes = 0;
+    let Resolution::Unresolved { notes } = resolve(&g, &hw, &archs) else {
+        panic!("a GPU without memory cannot be planned");
+    };
+    assert!(notes[0].contains("no memory size"), "{notes:?}");
+}
+
+#[test]
+fn names_match_after_normalization_and_laptops_stay_apart() {
+    assert_eq!(
+        normalize_name("NVIDIA GeForce RTX 4060 Laptop GPU"),
+        "rtx 4060 laptop"
+    );
+    assert_eq!(normalize_name("GeForce RTX 4060 Mobile"), "rtx 4060 laptop");
+    assert_eq!(
+        normalize_name("NVIDIA GeForce RTX 4060 Max-Q"),
+        "rtx 4060 laptop"
+    );
+    assert_eq!(normalize_name("NVIDIA GeForce RTX 4060"), "rtx 4060");
+    assert_eq!(normalize_name("NVIDIA H100 80GB HBM3"), "h100");
+    assert_eq!(normalize_name("NVIDIA A100-SXM4-80GB"), "a100 sxm4");
+    assert_eq!(normalize_name("Tesla V100 32 GB"), "v100");
+    assert_eq!(normalize_name("Intel(R) Arc(TM) A770 Graphics"), "arc a770");
+    assert_eq!(normalize_name("Apple M2 Max"), "apple m2 max");
+
+    let set = builtin();
+    let mut inv = inventory("laptop-nvidia-smi.yaml");
+    // Name rules need "Laptop"; the normalized name still finds the laptop part, never the desktop one.
+    inv.gpus[0].name = "nvidia geforce rtx  4060  mobile".into();
+    assert_eq!(
+        resolved(&inv, &set),
+        vec![("rtx-4060-laptop".into(), "normalized")]
+    );
+    inv.gpus[0].name = "GeForce RTX 4060".into();
+    assert_eq!(resolved(&inv, &set), vec![("rtx-4060".into(), "name")]);
+}
+
+#[test]
+fn laptop_and_blackwell_gpus_resolve_to_their_profiles() {
+    let set = builtin();
+    let mut inv = inventory("laptop-nvidia-smi.yaml");
+    let cases: &[(&str, u64, &str)] = &[
+        (
+            "NVIDIA GeForce RTX 4050 Laptop GPU",
+            6 << 30,
+            "rtx-4050-laptop",
+        ),
+        (
+            "NVIDIA GeForce RTX 4070 Laptop GPU",
+            8 << 30,
+            "rtx-4070-laptop",
+        ),
+        (
+            "NVIDIA GeForce RTX 4080 Laptop GPU",
+            12 << 30,
+            "rtx-4080-laptop",
+        ),
+        (
+            "NVIDIA GeForce RTX 4090 Laptop GPU",
+            16 << 30,
+            "rtx-4090-laptop",
+        ),
+        (
+            "NVIDIA GeForce RTX 3060 Laptop GPU",
+            6 << 30,
+            "rtx-3060-laptop",
+        ),
+        (
+            "NVIDIA GeForce RTX 3070 Laptop GPU",
+            8 << 30,
+            "rtx-3070-laptop",
+        ),
+        (
+            "NVIDIA GeForce RTX 3080 Laptop GPU",
+            8 << 30,
+            "rtx-3080-laptop",
+        ),
+        ("NVIDIA GeForce RTX 5090", 34_190_917_632, "rtx-5090"),
+        ("NVIDIA GeForce RTX 5080", 16 << 30, "rtx-5080"),
+        ("NVIDIA GeForce RTX 5070 Ti", 16 << 30, "rtx-5070-ti"),
+        ("NVIDIA GeForce RTX 5070", 12 << 30, "rtx-5070"),
+        (
+            "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+            102_641_958_912,
+            "rtx-pro-6000-blackwell",
+        ),
+        ("NVIDIA B200", 192_265_846_784, "b200"),
+    ];
+    for (name, bytes, want) in cases {
+        inv.gpus[0].name = (*name).into();
+        inv.gpus[0].memory_total_bytes = *bytes;
+        inv.gpus[0].memory_free_bytes = *bytes;
+        assert_eq!(resolved(&inv, &set)[0], ((*want).into(), "name"), "{name}");
+    }
+    // The Grace superchip and a 16 GB RTX 3080 Laptop are not these profiles.
+    inv.gpus[0].name = "NVIDIA GB200".into();
+    assert_ne!(resolved(&inv, &set)[0].0, "b200");
+    inv.gpus[0].name = "NVIDIA GeForce RTX 3080 Laptop GPU".into();
+    inv.gpus[0].memory_total_bytes = 16 << 30;
+    inv.gpus[0].compute_capability = Some("8.6".into());
+    assert_eq!(resolved(&inv, &set)[0].1, "heuristic");
+}
+
+#[test]
+fn apple_gpus_resolve_and_get_metal_working_set() {
+    let set = builtin();
+    let hw: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
+    let archs: Vec<&ArchitectureRule> = set.architectures().collect();
+    let inv = inventory("apple-m2-max.yaml");
+    let g = &inv.gpus[0];
+    assert_eq!(g.vendor, GpuVendor::Apple);
+    let Resolution::Profile { profile, by } = resolve(g, &hw, &archs) else {
+        panic!("an Apple GPU matches its SoC profile");
+    };
+    assert_eq!((profile.id.as_str(), by), ("apple-m2-max", MatchedBy::Name));
+    // 32 GiB: 2/3 (rounded down to 0.6666), as llama.cpp logs 21845.34 MiB for a 32 GiB M2 Max.
+    let u = usable_gpu_bytes(g, Some(profile)).unwrap();
+    assert_eq!(u.bytes, (34_359_738_368.0 * 0.6666) as u64);
+    assert!(
+        u.bytes <= 21_845 << 20,
+        "a lower bound of the observed 21845.34 MiB"
+    );
+    assert!(u.source.contains("apple-m2-max") && u.source.contains("recommendedMaxWorkingSetSize"));
+    // 96 GiB: 3/4, observed 73728 MiB.
+    let mut big = g.clone();
+    big.memory_total_bytes = 96 << 30;
+    assert_eq!(
+        usable_gpu_bytes(&big, Some(profile)).unwrap().bytes,
+        73_728 << 20
+    );
+    // A limit the machine reports wins over the rule.
+    let mut wired = g.clone();
+    wired.gpu_working_set_bytes = Some(30 << 30);
+    assert_eq!(
+        usable_gpu_bytes(&wired, Some(profile)).unwrap().bytes,
+        30 << 30
+    );
+    // Without a profile or a reported limit nothing says how much the GPU may hold.
+    assert!(usable_gpu_bytes(g, None).is_err());
+    // A discrete GPU may fill its own memory.
+    let d = &inventory("laptop-nvidia-smi.yaml").gpus[0];
+    assert_eq!(
+        usable_gpu_bytes(d, None).unwrap().bytes,
+        d.memory_total_bytes
+    );
+
+    // Every Apple profile has a working-set tier for every size Apple sells (8 GiB to 512 GiB).
+    for p in hw.iter().filter(|p| p.id.starts_with("apple-")) {
+        let mut m = g.clone();
+        for gib in [8u64, 16, 18, 24, 32, 36, 48, 64, 96, 128, 192, 512] {
+            m.memory_total_bytes = gib << 30;
+            let u = usable_gpu_bytes(&m, Some(p)).unwrap_or_else(|e| panic!("{e}"));
+            // Between the rounded-down 2/3 and 3/4 of the machine's memory.
+            let share = u.bytes as f64 / m.memory_total_bytes as f64;
+            assert!((0.6665..=0.75).contains(&share), "{} at {gib} GiB: {share}", p.id);
+        }
+    }
+
+    // An Apple chip no profile names is bounded by the slowest Apple profile and keeps the working-set rule.
+    let mut m5 = g.clone();
+    m5.name = "Apple M9".into();
+    let Resolution::Heuristic { profile, basis, .. } = resolve(&m5, &hw, &archs) else {
+        panic!("expected a heuristic profile");
+    };
+    assert_eq!(profile.memory.bandwidth_gb_s, 68.3);
+    assert!(basis.contains("apple-m1"), "{basis}");
+    assert!(usable_gpu_bytes(&m5, Some(&profile)).is_ok());
+
+    // `--hardware apple-m2-max` builds the machine's GPU from the SoC profile and the host's memory.
+    let p = &set.hardware("apple-m2-max").unwrap().value;
+    let built = gpu_from_profile(p, 0, 64 << 30).unwrap();
+    assert!(built.unified_memory && built.vendor == GpuVendor::Apple);
+    assert_eq!(built.memory_total_bytes, 64 << 30);
     assert!(matches!(
-        resolve(&g, &hw, &archs),
-        Resolution::Unresolved { .. }
+        resolve(&built, &hw, &archs),
+        Resolution::Profile { .. }
     ));
+    assert!(
+        gpu_from_profile(
+            &set.hardware("cpu-x86-64-avx2-ddr4-dual-channel")
+                .unwrap()
+                .value,
+            0,
+            1
+        )
+        .is_err()
+    );
+    let h100 = gpu_from_profile(&set.hardware("h100-sxm").unwrap().value, 3, 1).unwrap();
+    assert_eq!((h100.index, h100.memory_total_bytes), (3, 80 << 30));
+}
+
+#[test]
+fn amd_gpus_are_kept_with_a_memory_size_bound() {
+    let set = builtin();
+    let hw: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
+    let archs: Vec<&ArchitectureRule> = set.architectures().collect();
+    let inv = inventory("amd-radeon.yaml");
+    let Resolution::Heuristic { profile, basis, .. } = resolve(&inv.gpus[0], &hw, &archs) else {
+        panic!("expected a heuristic profile");
+    };
+    // No AMD profile exists: the lowest bandwidth of any profiled GPU with at most 24 GiB (the GTX 1650's 128).
+    let lowest = hw
+        .iter()
+        .filter(|p| p.kind == optimizer::profile::DeviceKind::Gpu)
+        .filter(|p| {
+            p.memory
+                .size_bytes
+                .is_some_and(|s| s as f64 <= 25_753_026_560.0 * 1.1)
+        })
+        .map(|p| p.memory.bandwidth_gb_s)
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(profile.memory.bandwidth_gb_s, lowest);
+    assert_eq!(profile.vendor, optimizer::profile::Vendor::Amd);
+    assert!(profile.tensor_tflops.is_none());
+    assert!(
+        basis.contains("any vendor") && basis.contains("bandwidth only"),
+        "{basis}"
+    );
+}
+
+/// The sysfs probe reads AMD and Intel GPUs from a DRM tree and survives missing, garbage and non-regular files.
+#[test]
+fn sysfs_probe_reads_amd_and_intel_gpus_and_survives_garbage() {
+    let d = tempfile::tempdir().unwrap();
+    let drm = d.path().join("sys/class/drm");
+    let card = |name: &str, files: &[(&str, &str)]| {
+        let dev = drm.join(name).join("device");
+        std::fs::create_dir_all(&dev).unwrap();
+        for (f, text) in files {
+            let p = if let Some(top) = f.strip_prefix("../") {
+                drm.join(name).join(top)
+            } else {
+                dev.join(f)
+            };
+            std::fs::write(p, text).unwrap();
+        }
+    };
+    card(
+        "card0",
+        &[
+            ("vendor", "0x1002\n"),
+            ("device", "0x744c\n"),
+            ("mem_info_vram_total", "25753026560\n"),
+            ("mem_info_vram_used", "453026560\n"),
+            ("uevent", "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:03:00.0\n"),
+        ],
+    );
+    std::fs::create_dir_all(drm.join("card0-DP-1")).unwrap();
+    // Intel discrete card with local memory, and an integrated one without.
+    card(
+        "card1",
+        &[
+            ("vendor", "0x8086\n"),
+            ("device", "0x56a0\n"),
+            ("../lmem_total_bytes", "17179869184\n"),
+            ("../lmem_avail_bytes", "16000000000\n"),
+        ],
+    );
+    card("card2", &[("vendor", "0x8086\n"), ("device", "0x46a6\n")]);
+    // NVIDIA is NVML's; garbage vendor, garbage memory, missing files.
+    card(
+        "card3",
+        &[("vendor", "0x10de\n"), ("mem_info_vram_total", "1\n")],
+    );
+    card(
+        "card4",
+        &[("vendor", "zzz"), ("mem_info_vram_total", "1\n")],
+    );
+    card(
+        "card5",
+        &[
+            ("vendor", "0x1002"),
+            ("mem_info_vram_total", "lots of bytes"),
+        ],
+    );
+    card("card6", &[]);
+    card(
+        "card7",
+        &[
+            ("vendor", "0x1002"),
+            ("mem_info_vram_total", "8589934592"),
+            ("mem_info_vram_used", "99999999999999"),
+            ("product_name", "AMD Radeon Pro W7600"),
+        ],
+    );
+    // A FIFO where an attribute should be must not block the probe.
+    #[cfg(unix)]
+    {
+        let dev = drm.join("card8/device");
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("vendor"), "0x1002").unwrap();
+        let st = Command::new("mkfifo")
+            .arg(dev.join("mem_info_vram_total"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    let mut notes = Vec::new();
+    let gpus = hardware::sysfs::probe(d.path(), 2, &mut notes);
+    let summary: Vec<_> = gpus
+        .iter()
+        .map(|g| {
+            (
+                g.index,
+                g.name.as_str(),
+                g.vendor,
+                g.memory_total_bytes,
+                g.memory_free_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                2,
+                "AMD GPU 1002:744c",
+                GpuVendor::Amd,
+                25_753_026_560,
+                25_300_000_000
+            ),
+            (
+                3,
+                "Intel GPU 8086:56a0",
+                GpuVendor::Intel,
+                17_179_869_184,
+                16_000_000_000
+            ),
+            (4, "AMD Radeon Pro W7600", GpuVendor::Amd, 8_589_934_592, 0),
+        ]
+    );
+    assert_eq!(gpus[0].pci_bus_id.as_deref(), Some("0000:03:00.0"));
+    assert_eq!(gpus[0].pci_id.as_deref(), Some("1002:744c"));
+    // The integrated Intel GPU, the garbage AMD card and the FIFO card are notes, not silence.
+    for needle in ["card2", "card5", "card8"] {
+        assert!(
+            notes.iter().any(|n| n.contains(needle)),
+            "{needle}: {notes:?}"
+        );
+    }
+    // The probed inventory round-trips through the inventory contract.
+    let inv = Inventory {
+        gpus,
+        ..inventory("cpu-server.yaml")
+    };
+    let yaml = serde_yaml_ng::to_string(&inv).unwrap();
+    assert_eq!(hardware::parse_inventory(&yaml).unwrap(), inv);
+    // No DRM directory at all: no GPUs, no panic.
+    assert!(hardware::sysfs::probe(&d.path().join("nothing"), 0, &mut notes).is_empty());
+}
+
+/// `sysctl` output captured on Apple silicon Macs (keyed form, as the macOS probe asks for it).
+#[test]
+fn macos_sysctl_output_parses_into_an_apple_gpu() {
+    let m2max = "hw.memsize: 34359738368\nmachdep.cpu.brand_string: Apple M2 Max\nhw.perflevel0.physicalcpu: 8\niogpu.wired_limit_mb: 0\n";
+    let m = hardware::macos::parse_sysctl(m2max).unwrap();
+    assert_eq!(m.memory_bytes, 34_359_738_368);
+    assert_eq!(m.chip, "Apple M2 Max");
+    assert_eq!(m.performance_cores, Some(8));
+    assert_eq!(m.gpu_wired_limit_bytes, None, "0 means the default limit");
+    let g = hardware::macos::apple_gpu(&m, 0, 40 << 30);
+    assert!(g.unified_memory && g.vendor == GpuVendor::Apple);
+    assert_eq!(
+        g.memory_free_bytes, g.memory_total_bytes,
+        "free is capped at total"
+    );
+    // It is the GPU the fixture describes, and resolves to the M2 Max profile.
+    let set = builtin();
+    assert_eq!(
+        resolved(
+            &Inventory {
+                gpus: vec![g],
+                ..inventory("apple-m2-max.yaml")
+            },
+            &set
+        ),
+        vec![("apple-m2-max".into(), "name")]
+    );
+    // A raised wired limit (`sudo sysctl iogpu.wired_limit_mb=57344` on a 64 GiB machine), a key missing on
+    // older macOS, and errors naming what is wrong.
+    let raised = "hw.memsize: 68719476736\nmachdep.cpu.brand_string: Apple M1 Max\niogpu.wired_limit_mb: 57344\n";
+    let m = hardware::macos::parse_sysctl(raised).unwrap();
+    assert_eq!(m.gpu_wired_limit_bytes, Some(57_344 << 20));
+    assert_eq!(
+        hardware::macos::apple_gpu(&m, 1, 0).gpu_working_set_bytes,
+        Some(57_344 << 20)
+    );
+    for (text, needle) in [
+        ("machdep.cpu.brand_string: Apple M1\n", "hw.memsize"),
+        (
+            "hw.memsize: lots\nmachdep.cpu.brand_string: Apple M1\n",
+            "hw.memsize",
+        ),
+        (
+            "hw.memsize: 0\nmachdep.cpu.brand_string: Apple M1\n",
+            "hw.memsize",
+        ),
+        ("hw.memsize: 8589934592\n", "brand_string"),
+        (
+            "hw.memsize: 8589934592\nmachdep.cpu.brand_string: Intel(R) Core(TM) i9-9980HK CPU @ 2.40GHz\n",
+            "not Apple",
+        ),
+    ] {
+        let e = hardware::macos::parse_sysctl(text).unwrap_err();
+        assert!(e.contains(needle), "{text:?}: {e}");
+    }
 }
 
 #[test]

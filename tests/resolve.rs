@@ -348,6 +348,7 @@ fn chosen_plans_fit_and_no_fitting_alternative_scores_better() {
                         mig_enabled: None,
                         processes: vec![],
                         unified_memory: false,
+                        gpu_working_set_bytes: None,
                         source: None,
                     }
                 })

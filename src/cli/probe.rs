@@ -41,6 +41,7 @@ pub fn describe_match(gpu: &crate::hardware::Gpu, set: &ProfileSet) -> String {
             match by {
                 MatchedBy::PciId => "PCI id",
                 MatchedBy::Name => "name",
+                MatchedBy::NormalizedName => "normalized name",
             }
         ),
         Resolution::Derived { profile, notes } => {
@@ -57,6 +58,10 @@ pub fn describe_match(gpu: &crate::hardware::Gpu, set: &ProfileSet) -> String {
             }
             s
         }
+        Resolution::Heuristic { profile, basis, hint } => format!(
+            "no profile; heuristic {} ({basis}); hint: {hint}",
+            profile.id
+        ),
         Resolution::Unresolved { notes } => format!("no profile: {}", notes.join("; ")),
     }
 }

@@ -147,6 +147,7 @@ fn with_profiled_gpus(
             mig_enabled: None,
             processes: Vec::new(),
             unified_memory: false,
+            gpu_working_set_bytes: None,
             source: Some(GpuSource::Fixture),
         })
         .collect();
@@ -312,7 +313,8 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
                 crate::profile::matching::Resolution::Profile { profile, .. } => {
                     Some(profile.id.clone())
                 }
-                crate::profile::matching::Resolution::Derived { profile, .. } => Some(profile.id),
+                crate::profile::matching::Resolution::Derived { profile, .. }
+                | crate::profile::matching::Resolution::Heuristic { profile, .. } => Some(profile.id),
                 crate::profile::matching::Resolution::Unresolved { .. } => None,
             },
         )

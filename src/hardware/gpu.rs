@@ -156,6 +156,7 @@ fn nvml_devices(nvml: &Nvml, notes: &mut Vec<String>) -> Vec<Gpu> {
             mig_enabled: d.mig_mode().ok().map(|m| m.current == 1),
             processes,
             unified_memory: false,
+            gpu_working_set_bytes: None,
             source: Some(GpuSource::Nvml),
         });
     }
@@ -258,6 +259,7 @@ fn cuda_devices(notes: &mut Vec<String>) -> Vec<CudaDevice> {
                 mig_enabled: None,
                 processes: Vec::new(),
                 unified_memory: integrated,
+                gpu_working_set_bytes: None,
                 source: Some(GpuSource::CudaDriver),
             },
         });

@@ -10,7 +10,9 @@
 //!      compute_capability: "8.9"}
 //! ```
 //! and every other field is optional. Unknown fields are refused, so a misspelt optional field is an error
-//! rather than a silently ignored value.
+//! rather than a silently ignored value. An Apple GPU is `vendor: apple, unified_memory: true` with the
+//! machine's memory as `memory_total_bytes`; AMD and Intel GPUs are `vendor: amd` / `vendor: intel` without a
+//! compute capability.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -110,6 +112,10 @@ pub enum GpuSource {
     Nvml,
     CudaDriver,
     Fixture,
+    /// Linux DRM sysfs (`/sys/class/drm/card*/device`): AMD and Intel GPUs, no vendor library needed.
+    Sysfs,
+    /// macOS `sysctl` (Apple silicon: the GPU shares the machine's memory).
+    Sysctl,
 }
 
 /// One GPU.
@@ -161,9 +167,15 @@ pub struct Gpu {
     /// Other processes holding memory on this GPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<GpuProcess>,
-    /// The GPU shares system memory (integrated / SoC).
+    /// The GPU shares system memory (integrated / SoC). `memory_total_bytes` is then the machine's memory, of
+    /// which the GPU may hold only part at once (see `gpu_working_set_bytes`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unified_memory: bool,
+    /// Bytes of a unified memory the GPU may hold at once, where the machine says: macOS Metal's
+    /// `recommendedMaxWorkingSetSize` (as llama.cpp's Metal backend logs it) or a non-zero
+    /// `iogpu.wired_limit_mb`. Absent: the matched profile's `gpu_working_set` rule applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_working_set_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<GpuSource>,
 }

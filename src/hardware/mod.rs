@@ -2,13 +2,17 @@
 //! YAML fixture. Edge module: the live probe reads the machine; everything downstream takes an [`Inventory`]
 //! value and never queries devices itself.
 //!
-//! Live probing degrades instead of failing: a missing NVIDIA driver, a failed NVML call or an unreadable
-//! cgroup file becomes a note in [`Inventory::notes`], never an error or a panic.
+//! Live probing degrades instead of failing: a missing NVIDIA driver, a failed NVML call, an unreadable sysfs
+//! or cgroup file becomes a note in [`Inventory::notes`], never an error or a panic. GPUs: NVIDIA from NVML and
+//! the CUDA driver ([`gpu`]), AMD and Intel from Linux sysfs ([`sysfs`]), Apple silicon from `sysctl` on macOS
+//! ([`macos`]).
 
 pub mod cgroup;
 pub mod cpu;
 pub mod gpu;
 mod inventory;
+pub mod macos;
+pub mod sysfs;
 
 use std::path::{Path, PathBuf};
 
@@ -139,7 +143,29 @@ pub fn probe_live() -> Inventory {
     let mut notes = Vec::new();
     let (mut cpu, mut memory) = cpu::probe(&mut notes);
     apply_cgroup_limits(&mut cpu, &mut memory, &mut notes);
-    let gpus = gpu::probe(&mut notes);
+    let mut gpus = gpu::probe(&mut notes);
+    // AMD and Intel GPUs follow the NVIDIA ones, numbered after them.
+    let next = gpus
+        .iter()
+        .map(|g| g.index.saturating_add(1))
+        .max()
+        .unwrap_or(0);
+    gpus.extend(sysfs::probe(Path::new("/"), next, &mut notes));
+    #[cfg(target_os = "macos")]
+    {
+        let next = gpus
+            .iter()
+            .map(|g| g.index.saturating_add(1))
+            .max()
+            .unwrap_or(0);
+        match macos::probe(next, memory.available_bytes) {
+            Ok(g) => {
+                memory.unified = true;
+                gpus.push(g);
+            }
+            Err(e) => notes.push(format!("no Apple GPU: {e}")),
+        }
+    }
     Inventory {
         cpu,
         memory,

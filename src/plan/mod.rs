@@ -530,6 +530,19 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                     profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
                 )
             }
+            Resolution::Heuristic {
+                profile,
+                basis,
+                hint,
+            } => {
+                warnings.push(format!("gpu {}: heuristic: {basis}; hint: {hint}", g.index));
+                (
+                    profile.id.clone(),
+                    profile.memory.bandwidth_gb_s * 1e9,
+                    peak(&profile),
+                    profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
+                )
+            }
             Resolution::Unresolved { notes } => {
                 warnings.extend(
                     notes

@@ -1,19 +1,28 @@
-//! Matching a probed GPU to a hardware profile (PCI id first, then name), and deriving a profile for a GPU
-//! nobody has profiled from its probed figures and its architecture's per-SM rates, marked `heuristic`.
+//! Matching a probed GPU to a hardware profile, in order: PCI id, the profile's name rules, the normalized name
+//! (vendor prefixes, spacing and memory-size suffixes ignored; `Laptop GPU` kept apart from the desktop part),
+//! then deriving figures from the probe and the architecture's per-SM rates, then a conservative heuristic from
+//! compute capability and memory size. A usable GPU is never dropped: only one without a memory size is
+//! `Unresolved`.
+//!
+//! Trade-off: the heuristic takes the lowest bandwidth and TFLOPS among profiled peers (same compute
+//! capability, then architecture, then vendor) rather than a typical value, so an unknown GPU is planned slower
+//! than it likely is, never faster; the result says so and how to replace the bounds.
 
 use std::collections::BTreeMap;
 
 use super::types::{
     ArchitectureRule, DeviceKind, HardwareProfile, Interconnect, MatchRules, MemorySpec,
-    TensorTflops, VectorTflops, Vendor,
+    TensorTflops, VectorTflops, Vendor, WorkingSetTier,
 };
-use crate::hardware::{Gpu, parse_capability};
+use crate::hardware::{Gpu, GpuSource, GpuVendor, parse_capability};
 
 /// How a GPU was matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatchedBy {
     PciId,
     Name,
+    /// The normalized device name equals a profile's normalized name or id.
+    NormalizedName,
 }
 
 /// The profile a GPU resolves to.
@@ -29,7 +38,16 @@ pub enum Resolution<'a> {
         /// What could not be derived and why.
         notes: Vec<String>,
     },
-    /// No profile matched and the probe lacks what a derivation needs (memory clock and bus width).
+    /// No profile matched and the probe lacks the clocks a derivation needs: lower bounds for bandwidth and
+    /// TFLOPS taken from profiled peers (same compute capability, architecture or vendor, no more memory).
+    Heuristic {
+        profile: Box<HardwareProfile>,
+        /// Which bounds were taken from which profiles.
+        basis: String,
+        /// How to replace the bounds with real figures.
+        hint: String,
+    },
+    /// The GPU cannot be planned for (it reports no memory size, or no profile exists to bound it).
     Unresolved { notes: Vec<String> },
 }
 
@@ -38,10 +56,9 @@ pub enum Resolution<'a> {
 const MEMORY_TOLERANCE: f64 = 0.10;
 
 fn memory_ok(rules: &MatchRules, gpu_bytes: u64) -> bool {
-    rules.memory_bytes.is_none_or(|want| {
-        let diff = (want as f64 - gpu_bytes as f64).abs();
-        diff <= want as f64 * MEMORY_TOLERANCE
-    })
+    rules
+        .memory_bytes
+        .is_none_or(|want| within_tolerance(want, gpu_bytes))
 }
 
 /// Whether a device name satisfies a profile's name rules (case-insensitive; all `name_contains`, no
@@ -60,7 +77,8 @@ pub fn name_matches(rules: &MatchRules, name: &str) -> bool {
 }
 
 /// The profiles a device could match, at the first level that matches anything: PCI id (narrowed by memory),
-/// else name (narrowed by memory). More than one means the profiles overlap.
+/// else name (narrowed by memory). GPU and SoC profiles count (an Apple GPU matches its SoC's profile); CPU
+/// classes never do. More than one means the profiles overlap.
 pub fn candidates<'a>(
     profiles: impl Iterator<Item = &'a HardwareProfile> + Clone,
     name: &str,
@@ -70,7 +88,7 @@ pub fn candidates<'a>(
     if let Some(pci) = pci_id.map(str::to_lowercase) {
         let by_pci: Vec<_> = profiles
             .clone()
-            .filter(|p| p.kind == DeviceKind::Gpu)
+            .filter(|p| p.kind != DeviceKind::Cpu)
             .filter(|p| p.matching.pci_ids.iter().any(|id| id.to_lowercase() == pci))
             .filter(|p| memory_ok(&p.matching, memory_bytes))
             .collect();
@@ -79,7 +97,7 @@ pub fn candidates<'a>(
         }
     }
     let by_name: Vec<_> = profiles
-        .filter(|p| p.kind == DeviceKind::Gpu)
+        .filter(|p| p.kind != DeviceKind::Cpu)
         .filter(|p| name_matches(&p.matching, name))
         .filter(|p| memory_ok(&p.matching, memory_bytes))
         .collect();
@@ -87,7 +105,7 @@ pub fn candidates<'a>(
     (by_name, by)
 }
 
-/// Resolves a probed GPU to a profile, or derives one.
+/// Resolves a probed GPU to a profile, or derives or bounds one.
 pub fn resolve<'a>(
     gpu: &Gpu,
     profiles: &'a [&'a HardwareProfile],
@@ -99,15 +117,138 @@ pub fn resolve<'a>(
         gpu.pci_id.as_deref(),
         gpu.memory_total_bytes,
     );
-    match (c.as_slice(), by) {
-        ([one, ..], Some(by)) => Resolution::Profile {
-            // Overlaps are refused by `profiles validate`; with a user overlay that overlaps anyway, the first
-            // (built-in order, then overlay order) wins deterministically.
-            profile: one,
-            by,
-        },
-        _ => derive(gpu, architectures),
+    if let ([one, ..], Some(by)) = (c.as_slice(), by) {
+        // Overlaps are refused by `profiles validate`; with a user overlay that overlaps anyway, the first
+        // (built-in order, then overlay order) wins deterministically.
+        return Resolution::Profile { profile: one, by };
     }
+    if let Some(profile) = by_normalized_name(profiles, &gpu.name, gpu.memory_total_bytes) {
+        return Resolution::Profile {
+            profile,
+            by: MatchedBy::NormalizedName,
+        };
+    }
+    if gpu.memory_total_bytes == 0 {
+        return Resolution::Unresolved {
+            notes: vec![format!(
+                "{}: reports no memory size, so nothing can be placed on it",
+                gpu.name
+            )],
+        };
+    }
+    if let Some(bandwidth) = gpu.peak_bandwidth_bytes_per_s.filter(|b| *b > 0) {
+        return derive(gpu, bandwidth, architectures);
+    }
+    heuristic(gpu, profiles, architectures)
+}
+
+/// Name tokens that say nothing about which part it is: vendor and brand prefixes, trademark marks, filler.
+const NAME_NOISE: &[&str] = &[
+    "nvidia",
+    "geforce",
+    "tesla",
+    "corporation",
+    "amd",
+    "ati",
+    "intel",
+    "r",
+    "tm",
+    "gpu",
+    "graphics",
+    "with",
+    "design",
+];
+
+/// Memory types that drivers append to a name (`NVIDIA H100 80GB HBM3`).
+const MEMORY_TYPES: &[&str] = &[
+    "gddr5", "gddr5x", "gddr6", "gddr6x", "gddr7", "hbm2", "hbm2e", "hbm3", "hbm3e",
+];
+
+/// `NVIDIA GeForce RTX 4060 Laptop GPU` → `rtx 4060 laptop`; `NVIDIA A100-SXM4-80GB` → `a100 sxm4`;
+/// `Intel(R) Arc(TM) A770 Graphics` → `arc a770`. Lower case, punctuation as spaces, vendor prefixes and
+/// memory-size or memory-type suffixes dropped; `Mobile`, `Notebook` and `Max-Q` become `laptop`, so a laptop
+/// part never normalizes to its desktop namesake.
+pub fn normalize_name(name: &str) -> String {
+    let spaced: String = name
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+        .collect();
+    let tokens: Vec<&str> = spaced.split_whitespace().collect();
+    let mut out: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = tokens[i];
+        i += 1;
+        let is_size = t
+            .strip_suffix("gb")
+            .or_else(|| t.strip_suffix("gib"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_size || MEMORY_TYPES.contains(&t) || NAME_NOISE.contains(&t) {
+            continue;
+        }
+        if (t == "gb" || t == "gib")
+            && out
+                .last()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            out.pop();
+            continue;
+        }
+        if t == "max" && tokens.get(i) == Some(&"q") {
+            i += 1;
+            if !out.contains(&"laptop") {
+                out.push("laptop");
+            }
+            continue;
+        }
+        let t = if t == "mobile" || t == "notebook" {
+            "laptop"
+        } else {
+            t
+        };
+        if t == "laptop" && out.contains(&"laptop") {
+            continue;
+        }
+        out.push(t);
+    }
+    out.join(" ")
+}
+
+/// The one GPU or SoC profile whose normalized name or id equals the device's normalized name, narrowed by
+/// memory size where several do; `None` when none or several remain.
+fn by_normalized_name<'a>(
+    profiles: &[&'a HardwareProfile],
+    name: &str,
+    memory_bytes: u64,
+) -> Option<&'a HardwareProfile> {
+    let want = normalize_name(name);
+    if want.is_empty() {
+        return None;
+    }
+    let same: Vec<&HardwareProfile> = profiles
+        .iter()
+        .copied()
+        .filter(|p| p.kind != DeviceKind::Cpu)
+        .filter(|p| normalize_name(&p.name) == want || normalize_name(&p.id) == want)
+        .filter(|p| memory_ok(&p.matching, memory_bytes))
+        .collect();
+    if same.len() <= 1 {
+        return same.first().copied();
+    }
+    let sized: Vec<&HardwareProfile> = same
+        .into_iter()
+        .filter(|p| {
+            p.memory
+                .size_bytes
+                .is_some_and(|s| within_tolerance(s, memory_bytes))
+        })
+        .collect();
+    (sized.len() == 1).then(|| sized[0])
+}
+
+fn within_tolerance(want: u64, have: u64) -> bool {
+    (want as f64 - have as f64).abs() <= want as f64 * MEMORY_TOLERANCE
 }
 
 /// The architecture rule whose compute-capability range holds `cc`; the narrowest range wins when ranges nest.
@@ -132,7 +273,7 @@ pub fn tflops(sms: u32, clock_mhz: u32, flops_per_clock_per_sm: f64) -> f64 {
     f64::from(sms) * f64::from(clock_mhz) * 1e6 * flops_per_clock_per_sm / 1e12
 }
 
-fn derive<'a>(gpu: &Gpu, architectures: &[&ArchitectureRule]) -> Resolution<'a> {
+fn derive<'a>(gpu: &Gpu, bandwidth: u64, architectures: &[&ArchitectureRule]) -> Resolution<'a> {
     let mut notes = Vec::new();
     let mut sources = BTreeMap::new();
     let arch = gpu
@@ -149,14 +290,6 @@ fn derive<'a>(gpu: &Gpu, architectures: &[&ArchitectureRule]) -> Resolution<'a> 
         "memory.size_bytes".to_string(),
         "probe: memory_total_bytes".to_string(),
     );
-    let Some(bandwidth) = gpu.peak_bandwidth_bytes_per_s else {
-        notes.push(format!(
-            "{}: no profile matches and the probe gave no memory clock and bus width, so its bandwidth \
-             cannot be derived; add a hardware profile for it",
-            gpu.name
-        ));
-        return Resolution::Unresolved { notes };
-    };
     sources.insert(
         "memory.bandwidth_gb_s".into(),
         "heuristic: probed max memory clock × 2 transfers × bus width / 8".into(),
@@ -207,12 +340,7 @@ fn derive<'a>(gpu: &Gpu, architectures: &[&ArchitectureRule]) -> Resolution<'a> 
     let profile = HardwareProfile {
         id: format!("derived-{}", slug(&gpu.name)),
         name: gpu.name.clone(),
-        vendor: match gpu.vendor {
-            crate::hardware::GpuVendor::Nvidia => Vendor::Nvidia,
-            crate::hardware::GpuVendor::Amd => Vendor::Amd,
-            crate::hardware::GpuVendor::Intel => Vendor::Intel,
-            crate::hardware::GpuVendor::Apple => Vendor::Apple,
-        },
+        vendor: vendor_of(gpu.vendor),
         kind: if gpu.unified_memory {
             DeviceKind::Soc
         } else {
@@ -240,12 +368,370 @@ fn derive<'a>(gpu: &Gpu, architectures: &[&ArchitectureRule]) -> Resolution<'a> 
             nvlink_gb_s: None,
         }),
         cpu: None,
+        gpu_working_set: Vec::new(),
         sources,
     };
     Resolution::Derived {
         profile: Box::new(profile),
         notes,
     }
+}
+
+fn vendor_of(v: GpuVendor) -> Vendor {
+    match v {
+        GpuVendor::Nvidia => Vendor::Nvidia,
+        GpuVendor::Amd => Vendor::Amd,
+        GpuVendor::Intel => Vendor::Intel,
+        GpuVendor::Apple => Vendor::Apple,
+    }
+}
+
+fn shares_memory(gpu: &Gpu) -> bool {
+    gpu.unified_memory || gpu.vendor == GpuVendor::Apple
+}
+
+const GIB: f64 = 1_073_741_824.0;
+
+/// Lower bounds for a GPU no profile describes and whose probe gave no clocks: the lowest bandwidth (and, among
+/// peers of its own architecture, the lowest FP16 tensor and FP32 vector TFLOPS) of the profiled peers, most
+/// specific peers first (same compute capability, same architecture, same vendor, any GPU), preferring peers
+/// with no more memory than it has (bandwidth grows with the bus, and the bus with the memory).
+fn heuristic<'a>(
+    gpu: &Gpu,
+    profiles: &[&HardwareProfile],
+    architectures: &[&ArchitectureRule],
+) -> Resolution<'a> {
+    let vendor = vendor_of(gpu.vendor);
+    let kind = if shares_memory(gpu) {
+        DeviceKind::Soc
+    } else {
+        DeviceKind::Gpu
+    };
+    let cc = gpu.compute_capability.as_deref().and_then(parse_capability);
+    let arch = gpu
+        .compute_capability
+        .as_deref()
+        .and_then(|c| architecture_for(c, architectures));
+    let usable = |p: &&HardwareProfile| {
+        p.kind == kind && p.memory.bandwidth_gb_s.is_finite() && p.memory.bandwidth_gb_s > 0.0
+    };
+    let same_vendor: Vec<&HardwareProfile> = profiles
+        .iter()
+        .copied()
+        .filter(usable)
+        .filter(|p| p.vendor == vendor)
+        .collect();
+    let profile_cc =
+        |p: &HardwareProfile| p.compute_capability.as_deref().and_then(parse_capability);
+    let tiers: [(Vec<&HardwareProfile>, String, bool); 4] = [
+        (
+            same_vendor
+                .iter()
+                .copied()
+                .filter(|p| cc.is_some() && profile_cc(p) == cc)
+                .collect(),
+            format!(
+                "profiled GPUs of compute capability {}",
+                gpu.compute_capability.as_deref().unwrap_or("")
+            ),
+            true,
+        ),
+        (
+            same_vendor
+                .iter()
+                .copied()
+                .filter(|p| {
+                    arch.is_some_and(|a| {
+                        profile_cc(p).is_some_and(|c| a.compute_capability.contains(c))
+                    })
+                })
+                .collect(),
+            format!(
+                "profiled GPUs of architecture {}",
+                arch.map(|a| a.id.as_str()).unwrap_or("")
+            ),
+            true,
+        ),
+        (
+            same_vendor.clone(),
+            format!("profiled {vendor:?} devices of its kind"),
+            false,
+        ),
+        (
+            profiles
+                .iter()
+                .copied()
+                .filter(|p| p.kind == DeviceKind::Gpu)
+                .filter(|p| p.memory.bandwidth_gb_s.is_finite() && p.memory.bandwidth_gb_s > 0.0)
+                .collect(),
+            "profiled GPUs of any vendor".to_string(),
+            false,
+        ),
+    ];
+    let Some((peers, peers_are, same_arch)) = tiers.into_iter().find(|(p, _, _)| !p.is_empty())
+    else {
+        return Resolution::Unresolved {
+            notes: vec![format!(
+                "{}: no profile matches, the probe gave no memory clock and bus width, and no hardware \
+                 profile exists to bound its figures",
+                gpu.name
+            )],
+        };
+    };
+    let limit = gpu.memory_total_bytes as f64 * (1.0 + MEMORY_TOLERANCE);
+    let small: Vec<&HardwareProfile> = peers
+        .iter()
+        .copied()
+        .filter(|p| p.memory.size_bytes.is_none_or(|s| s as f64 <= limit))
+        .collect();
+    let (set, among) = if small.is_empty() {
+        (peers, format!("{peers_are} (none has as little memory)"))
+    } else {
+        let among = if kind == DeviceKind::Gpu {
+            format!(
+                "{peers_are} with at most {:.1} GiB",
+                gpu.memory_total_bytes as f64 / GIB
+            )
+        } else {
+            peers_are
+        };
+        (small, among)
+    };
+    let min_by = |f: &dyn Fn(&HardwareProfile) -> Option<f64>| {
+        set.iter()
+            .filter_map(|p| f(p).filter(|x| x.is_finite() && *x > 0.0).map(|x| (x, *p)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let mut sources = BTreeMap::new();
+    sources.insert(
+        "memory.size_bytes".to_string(),
+        "probe: memory_total_bytes".to_string(),
+    );
+    let Some((bandwidth_gb_s, bw_from)) = min_by(&|p| Some(p.memory.bandwidth_gb_s)) else {
+        unreachable!("every peer has a positive bandwidth");
+    };
+    let mut basis = format!(
+        "{}: no profile matches and the probe gave no memory clock and bus width; lower bounds from the {among}: \
+         memory bandwidth {bandwidth_gb_s:.0} GB/s ({})",
+        gpu.name, bw_from.id
+    );
+    sources.insert(
+        "memory.bandwidth_gb_s".to_string(),
+        format!(
+            "heuristic: lowest bandwidth among the {among} ({})",
+            bw_from.id
+        ),
+    );
+    let mut tensor = None;
+    let mut vector = None;
+    if same_arch {
+        if let Some((t, from)) = min_by(&|p| p.tensor_tflops.as_ref().and_then(|t| t.fp16_fp32acc))
+        {
+            tensor = Some(TensorTflops {
+                fp16_fp32acc: Some(t),
+                ..TensorTflops::default()
+            });
+            basis.push_str(&format!(", FP16 tensor {t:.1} TFLOPS ({})", from.id));
+            sources.insert(
+                "tensor_tflops".to_string(),
+                format!(
+                    "heuristic: lowest FP16 tensor TFLOPS among the {among} ({})",
+                    from.id
+                ),
+            );
+        }
+        if let Some((v, from)) = min_by(&|p| p.vector_tflops.as_ref().and_then(|v| v.fp32)) {
+            vector = Some(VectorTflops {
+                fp32: Some(v),
+                fp16: None,
+            });
+            basis.push_str(&format!(", FP32 vector {v:.1} TFLOPS ({})", from.id));
+            sources.insert(
+                "vector_tflops".to_string(),
+                format!(
+                    "heuristic: lowest FP32 TFLOPS among the {among} ({})",
+                    from.id
+                ),
+            );
+        }
+    }
+    if tensor.is_none() && vector.is_none() {
+        basis.push_str("; no TFLOPS bound for a device of another architecture, so prefill is bounded by bandwidth only");
+    }
+    let working_set = if kind == DeviceKind::Soc {
+        bw_from.gpu_working_set.clone()
+    } else {
+        Vec::new()
+    };
+    if !working_set.is_empty() {
+        sources.insert(
+            "gpu_working_set".to_string(),
+            format!("heuristic: gpu_working_set of {}", bw_from.id),
+        );
+    }
+    let profile = HardwareProfile {
+        id: format!("heuristic-{}", slug(&gpu.name)),
+        name: gpu.name.clone(),
+        vendor,
+        kind,
+        architecture: arch.map(|a| a.id.clone()),
+        matching: MatchRules::default(),
+        memory: MemorySpec {
+            size_bytes: Some(gpu.memory_total_bytes),
+            kind: "unknown".into(),
+            bandwidth_gb_s,
+            bus_width_bits: None,
+            unified: kind == DeviceKind::Soc,
+        },
+        compute_capability: gpu.compute_capability.clone(),
+        sms: None,
+        boost_clock_mhz: None,
+        tensor_tflops: tensor,
+        vector_tflops: vector,
+        features: arch.map(|a| a.features.clone()).unwrap_or_default(),
+        tdp_w: None,
+        interconnect: None,
+        cpu: None,
+        gpu_working_set: working_set,
+        sources,
+    };
+    let hint = format!(
+        "add a hardware profile for {:?} in a --profiles directory (`optimizer profiles validate DIR` checks \
+         it), or calibrate this GPU so measured figures replace these bounds",
+        gpu.name
+    );
+    Resolution::Heuristic {
+        profile: Box::new(profile),
+        basis,
+        hint,
+    }
+}
+
+/// The share of the machine's memory a unified-memory GPU may hold, from a profile's working-set tiers: the
+/// first tier whose `below_memory_bytes` exceeds `memory_bytes` (or that has none). `None` when no tier
+/// applies or the applying tier's fraction is not in (0, 1].
+pub fn working_set_fraction(tiers: &[WorkingSetTier], memory_bytes: u64) -> Option<f64> {
+    let t = tiers
+        .iter()
+        .find(|t| t.below_memory_bytes.is_none_or(|b| memory_bytes < b))?;
+    (t.fraction.is_finite() && t.fraction > 0.0 && t.fraction <= 1.0).then_some(t.fraction)
+}
+
+/// GPU memory the planner may fill, with where the figure comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsableMemory {
+    pub bytes: u64,
+    pub source: String,
+}
+
+/// Bytes a GPU may hold at once. A discrete GPU: its memory. A GPU that shares the machine's memory (Apple
+/// silicon's Metal): the working set the machine reported (`gpu_working_set_bytes`), else the matched
+/// profile's `gpu_working_set` share of the machine's memory. An error says what is missing.
+pub fn usable_gpu_bytes(
+    gpu: &Gpu,
+    profile: Option<&HardwareProfile>,
+) -> Result<UsableMemory, String> {
+    if !shares_memory(gpu) {
+        return Ok(UsableMemory {
+            bytes: gpu.memory_total_bytes,
+            source: "memory_total_bytes".into(),
+        });
+    }
+    if let Some(ws) = gpu.gpu_working_set_bytes {
+        return Ok(UsableMemory {
+            bytes: ws.min(gpu.memory_total_bytes),
+            source: "gpu_working_set_bytes, as the machine reports it".into(),
+        });
+    }
+    let Some(p) = profile else {
+        return Err(format!(
+            "{}: shares the machine's memory, and without a profile nothing says how much of it the GPU may hold",
+            gpu.name
+        ));
+    };
+    let Some(fraction) = working_set_fraction(&p.gpu_working_set, gpu.memory_total_bytes) else {
+        return Err(format!(
+            "{}: shares the machine's memory, and profile {} has no gpu_working_set tier for {:.1} GiB",
+            gpu.name,
+            p.id,
+            gpu.memory_total_bytes as f64 / GIB
+        ));
+    };
+    // Truncation is the conservative rounding; the product stays below memory_total_bytes (fraction ≤ 1).
+    let bytes = (gpu.memory_total_bytes as f64 * fraction) as u64;
+    let why = p
+        .sources
+        .get("gpu_working_set")
+        .map(|s| format!(": {s}"))
+        .unwrap_or_default();
+    Ok(UsableMemory {
+        bytes,
+        source: format!(
+            "profile {} gpu_working_set: {fraction} of {:.1} GiB{why}",
+            p.id,
+            gpu.memory_total_bytes as f64 / GIB
+        ),
+    })
+}
+
+/// The inventory GPU a profile describes (for `--hardware N x ID`): a discrete GPU with the profile's memory,
+/// or, for a SoC profile, the machine's GPU sharing `machine_memory_bytes`. Figures the profile lacks stay
+/// empty. An error for CPU classes, generic profiles and GPU profiles without a memory size.
+pub fn gpu_from_profile(
+    p: &HardwareProfile,
+    index: u32,
+    machine_memory_bytes: u64,
+) -> Result<Gpu, String> {
+    let vendor = match p.vendor {
+        Vendor::Nvidia => GpuVendor::Nvidia,
+        Vendor::Amd => GpuVendor::Amd,
+        Vendor::Intel => GpuVendor::Intel,
+        Vendor::Apple => GpuVendor::Apple,
+        Vendor::Generic => {
+            return Err(format!("{}: a generic profile describes no GPU", p.id));
+        }
+    };
+    let (memory, unified) = match p.kind {
+        DeviceKind::Cpu => return Err(format!("{}: a CPU class, not a GPU", p.id)),
+        DeviceKind::Soc => (machine_memory_bytes, true),
+        DeviceKind::Gpu => (
+            p.memory
+                .size_bytes
+                .ok_or_else(|| format!("{}: a GPU profile without memory.size_bytes", p.id))?,
+            false,
+        ),
+    };
+    let bandwidth = p.memory.bandwidth_gb_s * 1e9;
+    Ok(Gpu {
+        index,
+        name: p.name.clone(),
+        vendor,
+        memory_total_bytes: memory,
+        memory_free_bytes: memory,
+        compute_capability: p.compute_capability.clone(),
+        uuid: None,
+        pci_bus_id: None,
+        pci_id: p.matching.pci_ids.first().cloned(),
+        memory_used_bytes: None,
+        sm_count: p.sms,
+        max_sm_clock_mhz: p.boost_clock_mhz,
+        max_memory_clock_mhz: None,
+        memory_bus_width_bits: p.memory.bus_width_bits,
+        peak_bandwidth_bytes_per_s: (bandwidth.is_finite()
+            && bandwidth > 0.0
+            && bandwidth < u64::MAX as f64)
+            .then_some(bandwidth as u64),
+        pcie_generation: p.interconnect.as_ref().and_then(|i| i.pcie_gen),
+        pcie_width: p.interconnect.as_ref().and_then(|i| i.pcie_lanes),
+        power_limit_w: p.tdp_w,
+        driver_version: None,
+        cuda_driver_version: None,
+        mig_enabled: None,
+        processes: Vec::new(),
+        unified_memory: unified,
+        gpu_working_set_bytes: None,
+        source: Some(GpuSource::Fixture),
+    })
 }
 
 /// `NVIDIA GeForce RTX 5090` → `nvidia-geforce-rtx-5090`.

@@ -166,8 +166,24 @@ pub struct HardwareProfile {
     pub interconnect: Option<Interconnect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuSpec>,
+    /// How much of a unified memory the GPU may hold at once, by the machine's memory size (Apple silicon:
+    /// macOS Metal's `recommendedMaxWorkingSetSize`). The first tier whose `below_memory_bytes` exceeds the
+    /// machine's memory applies; a tier without it applies to any size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_working_set: Vec<WorkingSetTier>,
     /// Where each number comes from, by field path or parent path.
     pub sources: BTreeMap<String, String>,
+}
+
+/// One tier of a unified-memory GPU working-set rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkingSetTier {
+    /// Applies to machines with less memory than this (bytes); absent: any size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_memory_bytes: Option<u64>,
+    /// Share of the machine's memory the GPU may hold, in (0, 1].
+    pub fraction: f64,
 }
 
 /// What a workload optimises for.
