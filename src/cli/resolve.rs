@@ -257,7 +257,6 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         source = "profile";
     }
     // Measured figures for these devices and this model, when calibration has recorded any.
-    let store = common.store()?;
     let hw: Vec<&crate::profile::HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<_> = set.architectures().collect();
     let device_ids: Vec<String> = inv
@@ -273,9 +272,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
             },
         )
         .collect();
-    let (measurements, rows) = store
-        .measurements(&device_ids, &spec.fingerprint)
-        .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
+    let measured = common.measurements(&device_ids, &spec.fingerprint)?;
     let path = s.model.display().to_string();
     let inputs = Inputs {
         model: &spec,
@@ -284,7 +281,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         hardware_source: source,
         profiles: &set,
         workload,
-        measurements: &measurements,
+        measurements: &measured.measurements,
         overrides: &s.overrides,
     };
     let mut doc = plan::resolve(&inputs).map_err(|e| Failure::new(exit::USAGE, e))?;
@@ -292,11 +289,10 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         "performance.basis".into(),
         crate::emit::Provenance {
             source: crate::emit::Source::Rule,
-            detail: format!(
-                "analytic: the measurement store holds {rows} measurements for these devices and this model, so the efficiency rules apply"
-            ),
+            detail: measured.basis_detail(),
         },
     );
+    doc.warnings.extend(measured.warning);
     if s.explain {
         let _ = std::io::stderr().write_all(explain(&doc).as_bytes());
     }
