@@ -230,3 +230,74 @@ fn store_errors_exit_1_for_the_environment_and_4_for_the_file() {
     let fine = common(&d.path().join("ok.db")).store().unwrap();
     assert_eq!(fine.application_id().unwrap(), APPLICATION_ID);
 }
+
+/// `cmd` run without the privilege to write a write-protected file: as it is for a normal user, through
+/// `setpriv` as `nobody` for root; `None` where root has no `setpriv`.
+fn unprivileged(cmd: Command, probe: &Path) -> Option<Command> {
+    let privileged = std::fs::OpenOptions::new().append(true).open(probe).is_ok();
+    if !privileged {
+        return Some(cmd);
+    }
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())?;
+    let mut c = Command::new(setpriv);
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    Some(c)
+}
+
+#[test]
+fn a_current_write_protected_database_is_used_read_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(d.path(), 0o755);
+    // A writable directory (SQLite keeps the WAL index next to the file) with a write-protected database.
+    let dir = d.path().join("rw");
+    let db = dir.join("ok.db");
+    assert_eq!(with_db(&db).status.code(), Some(0));
+    mode(&dir, 0o777);
+    mode(&db, 0o444);
+    let before = std::fs::read(&db).unwrap();
+    let mut c = resolve();
+    c.arg("--db").arg(&db);
+    let Some(mut c) = unprivileged(c, &db) else {
+        eprintln!(
+            "skipped: running as root without setpriv, so a write-protected file is still writable"
+        );
+        return;
+    };
+    let o = c.output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains(WARNING), "used the store read-only: {err}");
+    assert!(
+        document(&o)["provenance"]["performance.basis"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("holds 0 measurements")
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+
+    // A read-only directory too, before any reader left a WAL index there: SQLite cannot create one, so resolve
+    // plans without the store.
+    let dir = d.path().join("ro");
+    let db = dir.join("ok.db");
+    assert_eq!(with_db(&db).status.code(), Some(0));
+    mode(&db, 0o444);
+    mode(&dir, 0o555);
+    let mut c = resolve();
+    c.arg("--db").arg(&db);
+    let o = unprivileged(c, &db).unwrap().output().unwrap();
+    assert_plans_without_store(&o);
+    mode(&dir, 0o755);
+}

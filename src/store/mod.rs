@@ -27,8 +27,9 @@
 //! the store and says so (a warning on stderr and in the document), whether the path is the default or an explicit
 //! `--db`/`OPTIMIZER_DB`: a plan from the analytic model beats no plan, and the document's `performance.basis`
 //! already says which figures are measured. An explicit but invalid database file stays exit 4: it is the user's
-//! file and silently ignoring it would hide their measurements. An existing database that is current but
-//! read-only (a read-only image) is used read-only.
+//! file and silently ignoring it would hide their measurements. A current database whose file is write-protected
+//! is used read-only, as long as SQLite can keep its WAL index (`-shm`) beside it (a writable directory or an
+//! existing index); an unstamped one cannot be stamped there, so resolve plans without it.
 //!
 //! The planner consumes [`Measurements`]; until calibration records rows, lookups return none and every
 //! prediction stays `analytic`.
