@@ -352,7 +352,11 @@ fn apple_gpus_resolve_and_get_metal_working_set() {
             let u = usable_gpu_bytes(&m, Some(p)).unwrap_or_else(|e| panic!("{e}"));
             // Between the rounded-down 2/3 and 3/4 of the machine's memory.
             let share = u.bytes as f64 / m.memory_total_bytes as f64;
-            assert!((0.6665..=0.75).contains(&share), "{} at {gib} GiB: {share}", p.id);
+            assert!(
+                (0.6665..=0.75).contains(&share),
+                "{} at {gib} GiB: {share}",
+                p.id
+            );
         }
     }
 

@@ -193,27 +193,97 @@ impl Common {
             })
     }
 
-    /// The measurement store, created on first use.
+    /// The measurement store, created on first use; for commands that need it. An invalid file exits 4, an
+    /// unusable location (read-only, full, permission denied) exits 1.
     pub fn store(&self) -> Result<crate::store::Store, Failure> {
-        use crate::store::{Store, StoreError};
         let path = self.db.clone().ok_or_else(|| {
             Failure::new(
                 exit::USAGE,
                 anyhow::anyhow!("no database path: set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME"),
             )
         })?;
-        Store::open(&path).map_err(|e| match e {
-            StoreError::Io { .. } => Failure::new(exit::RUNTIME, e),
-            StoreError::Invalid { .. } | StoreError::Newer { .. } => {
-                Failure::new(exit::INVALID_INPUT, e)
-                    .hint("point --db at another file, or move this one aside; it was not modified")
+        crate::store::Store::open(&path).map_err(store_failure)
+    }
+
+    /// Measured figures for these devices and this model, for a command that can plan without them (`resolve`):
+    /// when the store cannot be used for reasons of the environment (no path, no writable directory, a full disk,
+    /// an I/O error), the result says so in `warning` (also printed on stderr) instead of failing; an invalid
+    /// database file still exits 4 (see the `store` module doc for why).
+    pub fn measurements(
+        &self,
+        device_profiles: &[String],
+        fingerprint: &str,
+    ) -> Result<Measured, Failure> {
+        let looked_up = match &self.db {
+            None => {
+                Err("no database path (set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME)".to_string())
+            }
+            Some(path) => match crate::store::Store::open(path)
+                .and_then(|s| s.measurements(device_profiles, fingerprint))
+            {
+                Ok(found) => Ok(found),
+                Err(e) if e.is_invalid_file() => return Err(store_failure(e)),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        Ok(match looked_up {
+            Ok((measurements, rows)) => Measured {
+                measurements,
+                rows: Some(rows),
+                warning: None,
+            },
+            Err(why) => {
+                let warning = format!(
+                    "planned without the measurement store: {why}; measured figures, if any, were not used"
+                );
+                let _ = writeln!(std::io::stderr().lock(), "warning: {warning}");
+                Measured {
+                    measurements: crate::plan::Measurements::default(),
+                    rows: None,
+                    warning: Some(warning),
+                }
             }
         })
     }
-
     /// The profile set in force (built-in + overlays).
     pub fn profiles(&self) -> Result<crate::profile::ProfileSet, Failure> {
         crate::profile::load(&self.profile_dirs).map_err(profiles::invalid)
+    }
+}
+
+/// What the measurement store gave a planning command.
+#[derive(Debug)]
+pub struct Measured {
+    pub measurements: crate::plan::Measurements,
+    /// Rows found, or `None` when the store could not be used.
+    pub rows: Option<u64>,
+    /// Why the store was not used, for the document's `warnings`.
+    pub warning: Option<String>,
+}
+
+impl Measured {
+    /// The provenance of `performance.basis`.
+    pub fn basis_detail(&self) -> String {
+        match self.rows {
+            Some(rows) => format!(
+                "analytic: the measurement store holds {rows} measurements for these devices and this model, so the efficiency rules apply"
+            ),
+            None => "analytic: planned without the measurement store (see warnings), so the efficiency rules apply".into(),
+        }
+    }
+}
+
+/// The exit code and hint of a store error: the file's fault is 4, the environment's 1.
+fn store_failure(e: crate::store::StoreError) -> Failure {
+    let path = e.path().display().to_string();
+    if e.is_invalid_file() {
+        Failure::new(exit::INVALID_INPUT, e).hint(format!(
+            "it was not modified; move it aside (mv {path} {path}.bak) or point --db at another file"
+        ))
+    } else {
+        Failure::new(exit::RUNTIME, e).hint(format!(
+            "the measurement database needs a writable directory with free space: check {path}, or point --db or OPTIMIZER_DB at a writable location"
+        ))
     }
 }
 

@@ -58,7 +58,11 @@ pub fn describe_match(gpu: &crate::hardware::Gpu, set: &ProfileSet) -> String {
             }
             s
         }
-        Resolution::Heuristic { profile, basis, hint } => format!(
+        Resolution::Heuristic {
+            profile,
+            basis,
+            hint,
+        } => format!(
             "no profile; heuristic {} ({basis}); hint: {hint}",
             profile.id
         ),

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::emit::{Deployment, Status};
-use crate::hardware::{Gpu, GpuSource, GpuVendor, Inventory};
+use crate::hardware::Inventory;
 use crate::plan::{self, Inputs, Overrides};
 use crate::profile::{DeviceKind, Objective, ProfileSet};
 
@@ -112,45 +112,25 @@ fn with_profiled_gpus(
                 .hint("`optimizer profiles list` shows every id")
         })?
         .value;
-    if p.kind != DeviceKind::Gpu {
+    if p.kind == DeviceKind::Soc && n > 1 {
         return Err(Failure::new(
             exit::USAGE,
-            anyhow::anyhow!(
-                "--hardware {id}: a {:?} profile; resolve plans GPUs from profiles, the host from the probe or --inventory",
-                p.kind
-            ),
+            anyhow::anyhow!("--hardware {n}x:{id}: a machine has one {} GPU", p.name),
         ));
     }
-    let bytes = p.memory.size_bytes.unwrap_or(0);
+    // An Apple SoC's GPU shares the machine's memory: the host's (probed or --inventory) memory stands for it.
+    let machine_memory = inv.memory.total_bytes;
     inv.gpus = (0..n)
-        .map(|i| Gpu {
-            index: i,
-            name: p.name.clone(),
-            vendor: GpuVendor::Nvidia,
-            memory_total_bytes: bytes,
-            memory_free_bytes: bytes,
-            compute_capability: p.compute_capability.clone(),
-            uuid: None,
-            pci_bus_id: None,
-            pci_id: p.matching.pci_ids.first().cloned(),
-            memory_used_bytes: None,
-            sm_count: p.sms,
-            max_sm_clock_mhz: p.boost_clock_mhz,
-            max_memory_clock_mhz: None,
-            memory_bus_width_bits: p.memory.bus_width_bits,
-            peak_bandwidth_bytes_per_s: Some((p.memory.bandwidth_gb_s * 1e9) as u64),
-            pcie_generation: None,
-            pcie_width: None,
-            power_limit_w: p.tdp_w,
-            driver_version: None,
-            cuda_driver_version: None,
-            mig_enabled: None,
-            processes: Vec::new(),
-            unified_memory: false,
-            gpu_working_set_bytes: None,
-            source: Some(GpuSource::Fixture),
-        })
-        .collect();
+        .map(|i| crate::profile::matching::gpu_from_profile(p, i, machine_memory))
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!(
+                    "--hardware {id}: {e}; resolve plans GPUs from profiles, the host from the probe or --inventory"
+                ),
+            )
+        })?;
     Ok(inv)
 }
 
@@ -302,7 +282,6 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         source = "profile";
     }
     // Measured figures for these devices and this model, when calibration has recorded any.
-    let store = common.store()?;
     let hw: Vec<&crate::profile::HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<_> = set.architectures().collect();
     let device_ids: Vec<String> = inv
@@ -314,14 +293,14 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
                     Some(profile.id.clone())
                 }
                 crate::profile::matching::Resolution::Derived { profile, .. }
-                | crate::profile::matching::Resolution::Heuristic { profile, .. } => Some(profile.id),
+                | crate::profile::matching::Resolution::Heuristic { profile, .. } => {
+                    Some(profile.id)
+                }
                 crate::profile::matching::Resolution::Unresolved { .. } => None,
             },
         )
         .collect();
-    let (measurements, rows) = store
-        .measurements(&device_ids, &spec.fingerprint)
-        .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
+    let measured = common.measurements(&device_ids, &spec.fingerprint)?;
     // llama-server opens a split model by its first shard and finds the rest itself.
     let path = spec
         .files
@@ -336,7 +315,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         hardware_source: source,
         profiles: &set,
         workload,
-        measurements: &measurements,
+        measurements: &measured.measurements,
         overrides: &s.overrides,
     };
     let mut doc = plan::resolve(&inputs).map_err(|e| plan_failure(e, s, source))?;
@@ -344,11 +323,10 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         "performance.basis".into(),
         crate::emit::Provenance {
             source: crate::emit::Source::Rule,
-            detail: format!(
-                "analytic: the measurement store holds {rows} measurements for these devices and this model, so the efficiency rules apply"
-            ),
+            detail: measured.basis_detail(),
         },
     );
+    doc.warnings.extend(measured.warning);
     if s.explain {
         let _ = std::io::stderr().write_all(explain(&doc).as_bytes());
     }

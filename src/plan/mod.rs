@@ -19,7 +19,7 @@ use crate::hardware::{Gpu, GpuVendor, Inventory, parse_capability};
 use crate::memory::llama_cpp::{self, CACHE_TYPES, FlashAttn, GpuTarget, Machine, Params};
 use crate::model::{Format, GgmlType, ModelSpec, Role};
 use crate::perf::{self, Basis, DeviceLoad, DevicePerf, Shape};
-use crate::profile::matching::{Resolution, resolve as match_gpu};
+use crate::profile::matching::{Resolution, resolve as match_gpu, usable_gpu_bytes};
 use crate::profile::{
     AttentionKernel, ContextPolicy, DeviceKind, HardwareProfile, Mode, Objective, Phase,
     ProfileSet, ReserveTarget, RuntimeId, WorkloadProfile,
@@ -512,23 +512,11 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 .unwrap_or(0.0)
                 * 1e12
         };
-        let (profile_id, basis, bw, flops, link) = match match_gpu(g, &hw_profiles, &archs) {
-            Resolution::Profile { profile, .. } => (
-                profile.id.clone(),
-                "profile",
-                profile.memory.bandwidth_gb_s * 1e9,
-                peak(profile),
-                profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
-            ),
+        let (profile, basis): (HardwareProfile, &str) = match match_gpu(g, &hw_profiles, &archs) {
+            Resolution::Profile { profile, .. } => (profile.clone(), "profile"),
             Resolution::Derived { profile, notes } => {
                 warnings.extend(notes.into_iter().map(|n| format!("gpu {}: {n}", g.index)));
-                (
-                    profile.id.clone(),
-                    "derived",
-                    profile.memory.bandwidth_gb_s * 1e9,
-                    peak(&profile),
-                    profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
-                )
+                (*profile, "derived")
             }
             Resolution::Heuristic {
                 profile,
@@ -536,12 +524,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 hint,
             } => {
                 warnings.push(format!("gpu {}: heuristic: {basis}; hint: {hint}", g.index));
-                (
-                    profile.id.clone(),
-                    profile.memory.bandwidth_gb_s * 1e9,
-                    peak(&profile),
-                    profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
-                )
+                (*profile, "heuristic")
             }
             Resolution::Unresolved { notes } => {
                 warnings.extend(
@@ -552,6 +535,36 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 gpu_refs.push(gpu_ref(g, backend.prefix(), "none", "none", false));
                 continue;
             }
+        };
+        let (profile_id, bw, flops, link) = (
+            profile.id.clone(),
+            profile.memory.bandwidth_gb_s * 1e9,
+            peak(&profile),
+            profile.interconnect.as_ref().and_then(pcie_bytes_per_s),
+        );
+        // Metal allocates from the machine's memory up to macOS's GPU working-set limit.
+        let capacity = if backend == Backend::Metal {
+            match usable_gpu_bytes(g, Some(&profile)) {
+                Ok(u) => {
+                    put(
+                        &mut prov,
+                        &format!("memory.capacity.{}:{}", backend.prefix(), g.index),
+                        Source::Profile,
+                        format!(
+                            "Metal working set {} bytes ({}); the GPU's share also comes out of the host's memory",
+                            u.bytes, u.source
+                        ),
+                    );
+                    g.memory_free_bytes.min(u.bytes)
+                }
+                Err(e) => {
+                    warnings.push(format!("gpu {}: {e}; it is not used", g.index));
+                    gpu_refs.push(gpu_ref(g, backend.prefix(), &profile_id, basis, false));
+                    continue;
+                }
+            }
+        } else {
+            g.memory_free_bytes
         };
         let link = link.or_else(|| {
             g.pcie_generation
@@ -589,7 +602,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 offload: None,
             },
             link_bytes_per_s: link,
-            capacity: g.memory_free_bytes,
+            capacity,
             reserve,
             backend: Some(backend),
             compute_capability: g.compute_capability.as_deref().and_then(parse_capability),

@@ -1,14 +1,43 @@
 //! The measurement store: SQLite through rusqlite (bundled). Migrations are the append-only files in
-//! `migrations/`, embedded at build time and applied in one transaction, versioned by `PRAGMA user_version`;
-//! a database written by a newer optimizer is refused rather than guessed at. Edge module: touches the database
-//! file only.
+//! `migrations/`, embedded at build time and applied in one transaction, versioned by `PRAGMA user_version`.
+//! Edge module: touches the database file only.
+//!
+//! **Only our own databases are touched.** A database is ours when its `PRAGMA application_id` is
+//! [`APPLICATION_ID`] (`0x4F50545A`, ASCII "OPTZ", stamped on every database this module creates or migrates)
+//! and its schema is exactly what our migrations build for its `user_version`. Two unstamped forms are accepted
+//! as ours too: a fresh database (an empty or 0-byte file: application id 0, version 0, no schema objects) and one
+//! written by the release before application ids (application id 0, version 1, exactly `0001_initial.sql`'s
+//! schema); both are stamped when they are migrated. Everything else is refused as an invalid file: another
+//! application id, a negative or newer `user_version`, tables or indexes that are not ours, a file that is not a
+//! database, and page corruption (found by `PRAGMA quick_check`).
+//!
+//! **Nothing is written before every check passes.** [`Store::open`] inspects an existing file through a
+//! connection opened `SQLITE_OPEN_READ_ONLY` (application id, version, schema, `quick_check`), so a refused file
+//! keeps every byte. Only then a read-write connection takes the write lock (`BEGIN IMMEDIATE`), inspects again
+//! inside it (another process may have created or migrated the database meanwhile), migrates and stamps, commits,
+//! and switches to WAL. Concurrent first runs are safe: the write lock serialises creation, the re-check makes
+//! every later one a no-op, each connection waits [`BUSY_TIMEOUT_MS`] for the lock, and an open that still meets
+//! `SQLITE_BUSY` is retried [`MAX_BUSY_RETRIES`] times. Trade-off: `quick_check` reads every page on every open,
+//! linear in the database's size; a measurement store is small and corruption found before a write is worth it.
+//!
+//! **Errors are of two kinds.** [`StoreError::is_invalid_file`]: the file itself is wrong (exit 4 in the CLI,
+//! naming the file and the defect; the user must move it aside, since it may hold their measurements). Otherwise
+//! the environment is (no writable directory, read-only file system, permission denied, disk full, I/O error:
+//! exit 1). `resolve` reads the store only to find measured figures, so on an environment error it plans without
+//! the store and says so (a warning on stderr and in the document), whether the path is the default or an explicit
+//! `--db`/`OPTIMIZER_DB`: a plan from the analytic model beats no plan, and the document's `performance.basis`
+//! already says which figures are measured. An explicit but invalid database file stays exit 4: it is the user's
+//! file and silently ignoring it would hide their measurements. A current database whose file is write-protected
+//! is used read-only, as long as SQLite can keep its WAL index (`-shm`) beside it (a writable directory or an
+//! existing index); an unstamped one cannot be stamped there, so resolve plans without it.
 //!
 //! The planner consumes [`Measurements`]; until calibration records rows, lookups return none and every
 //! prediction stays `analytic`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::plan::Measurements;
 
@@ -18,24 +47,72 @@ pub const MIGRATIONS: &[(&str, &str)] = &[(
     include_str!("../../migrations/0001_initial.sql"),
 )];
 
-/// How long a connection waits for another writer before failing.
-const BUSY_TIMEOUT_MS: u64 = 5_000;
+/// `PRAGMA application_id` of every database this module creates or migrates: ASCII "OPTZ" (0x4F50545A), so
+/// `file(1)` and other tools can tell our databases from other applications' (SQLite file format §1.3.13).
+pub const APPLICATION_ID: i32 = 0x4F50_545A;
+
+/// The newest schema version that releases wrote without an application id (the first release wrote version 1
+/// and no id); an unstamped database beyond it was not written by us.
+const LAST_UNSTAMPED_VERSION: i64 = 1;
+
+/// How long a connection waits for another writer before failing: creation and migration take milliseconds, so
+/// 5 s covers dozens of simultaneous first runs.
+pub const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// How many times an open that met `SQLITE_BUSY` despite the timeout (SQLite returns it without waiting when
+/// waiting could deadlock, and during WAL recovery) is retried from the start.
+pub const MAX_BUSY_RETRIES: u32 = 8;
+
+/// The pause before the first retry; it doubles each time (50 ms … 6.4 s in all).
+const BUSY_RETRY_PAUSE_MS: u64 = 50;
+
+/// How many schema differences or `quick_check` findings a message lists.
+const MAX_LISTED: usize = 5;
+
+/// What is wrong with a database file.
+#[derive(Debug, thiserror::Error)]
+pub enum Defect {
+    #[error("not a regular file")]
+    NotRegularFile,
+    #[error("not an SQLite database")]
+    NotADatabase,
+    #[error("corrupted: {0}")]
+    Corrupt(String),
+    #[error("negative schema version {0} (PRAGMA user_version)")]
+    NegativeVersion(i64),
+    #[error(
+        "belongs to another application (PRAGMA application_id {found:#010x}; optimizer's is {APPLICATION_ID:#010x})"
+    )]
+    ForeignApplication { found: i32 },
+    #[error(
+        "schema version {version} without optimizer's application id; no optimizer release wrote that (PRAGMA application_id 0)"
+    )]
+    Unstamped { version: i64 },
+    #[error("its schema is not optimizer's schema version {version}: {differences}")]
+    ForeignSchema { version: i64, differences: String },
+}
 
 /// The store could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The environment: a directory or the file could not be created or read.
     #[error("{path}: {source}", path = path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: not a usable optimizer database: {source}", path = path.display())]
-    Invalid {
+    /// The environment, as SQLite met it: read-only file system, permission denied, disk full, I/O error, a lock
+    /// held past the timeout.
+    #[error("{path}: cannot use the measurement database: {source}", path = path.display())]
+    Unavailable {
         path: PathBuf,
         #[source]
         source: rusqlite::Error,
     },
+    /// The file: not one of our databases, or a damaged one (the message names the defect, so it is no `source`).
+    #[error("{path}: not a usable optimizer database: {defect}", path = path.display())]
+    Invalid { path: PathBuf, defect: Defect },
     #[error("{path}: written by a newer optimizer (schema version {found}; this build knows up to {known}); refusing to touch it", path = path.display())]
     Newer {
         path: PathBuf,
@@ -44,75 +121,324 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the file itself is at fault (exit 4), rather than the environment (exit 1).
+    pub fn is_invalid_file(&self) -> bool {
+        matches!(self, StoreError::Invalid { .. } | StoreError::Newer { .. })
+    }
+
+    /// The file or directory the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            StoreError::Io { path, .. }
+            | StoreError::Unavailable { path, .. }
+            | StoreError::Invalid { path, .. }
+            | StoreError::Newer { path, .. } => path,
+        }
+    }
+
+    fn is_busy(&self) -> bool {
+        matches!(self, StoreError::Unavailable { source, .. }
+            if matches!(source.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)))
+    }
+}
+
+/// Sorts an SQLite error into the file's fault (corruption, not a database) or the environment's (the rest).
+fn classify(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |source| {
+        let path = path.to_path_buf();
+        match source.sqlite_error_code() {
+            Some(ErrorCode::DatabaseCorrupt) => StoreError::Invalid {
+                path,
+                defect: Defect::Corrupt(source.to_string()),
+            },
+            Some(ErrorCode::NotADatabase) => StoreError::Invalid {
+                path,
+                defect: Defect::NotADatabase,
+            },
+            _ => StoreError::Unavailable { path, source },
+        }
+    }
+}
+
+/// One row of `sqlite_schema`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct SchemaObject {
+    kind: String,
+    name: String,
+    table: String,
+    sql: Option<String>,
+}
+
+fn schema_of(conn: &Connection) -> rusqlite::Result<Vec<SchemaObject>> {
+    let mut stmt = conn.prepare("SELECT type, name, tbl_name, sql FROM sqlite_schema")?;
+    let mut objects = stmt
+        .query_map([], |r| {
+            Ok(SchemaObject {
+                kind: r.get(0)?,
+                name: r.get(1)?,
+                table: r.get(2)?,
+                sql: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    objects.sort();
+    Ok(objects)
+}
+
+/// The schema our first `version` migrations build, from an in-memory database (the exact text SQLite stores).
+fn expected_schema(version: usize) -> rusqlite::Result<Vec<SchemaObject>> {
+    let conn = Connection::open_in_memory()?;
+    for (_, sql) in &MIGRATIONS[..version] {
+        conn.execute_batch(sql)?;
+    }
+    schema_of(&conn)
+}
+
+/// How `have` differs from `want`, or `None` when it does not.
+fn differences(have: &[SchemaObject], want: &[SchemaObject]) -> Option<String> {
+    let same = |a: &SchemaObject, b: &SchemaObject| a.kind == b.kind && a.name == b.name;
+    let mut found = Vec::new();
+    for h in have {
+        match want.iter().find(|w| same(h, w)) {
+            None => found.push(format!("{} {:?} is not ours", h.kind, h.name)),
+            Some(w) if w != h => {
+                found.push(format!("{} {:?} is defined differently", h.kind, h.name))
+            }
+            Some(_) => {}
+        }
+    }
+    for w in want.iter().filter(|w| !have.iter().any(|h| same(h, w))) {
+        found.push(format!("{} {:?} is missing", w.kind, w.name));
+    }
+    if found.is_empty() {
+        return None;
+    }
+    let more = found.len().saturating_sub(MAX_LISTED);
+    found.truncate(MAX_LISTED);
+    let mut text = found.join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more"));
+    }
+    Some(text)
+}
+
+/// What an inspection found in a database that passed it.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    version: i64,
+    application_id: i32,
+}
+
+impl Found {
+    fn is_current(self) -> bool {
+        self.application_id == APPLICATION_ID && self.version == known_version()
+    }
+}
+
+fn known_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// Checks that the database on `conn` is ours (see the module doc); reads only. `quick_check` also reads every
+/// page for corruption.
+fn inspect(conn: &Connection, path: &Path, quick_check: bool) -> Result<Found, StoreError> {
+    let e = classify(path);
+    let invalid = |defect| StoreError::Invalid {
+        path: path.to_path_buf(),
+        defect,
+    };
+    let application_id: i32 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(&e)?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(&e)?;
+    if version < 0 {
+        return Err(invalid(Defect::NegativeVersion(version)));
+    }
+    if application_id != 0 && application_id != APPLICATION_ID {
+        return Err(invalid(Defect::ForeignApplication {
+            found: application_id,
+        }));
+    }
+    let known = known_version();
+    if version > known {
+        return Err(StoreError::Newer {
+            path: path.to_path_buf(),
+            found: version,
+            known,
+        });
+    }
+    if application_id == 0 && version > LAST_UNSTAMPED_VERSION {
+        return Err(invalid(Defect::Unstamped { version }));
+    }
+    let have = schema_of(conn).map_err(&e)?;
+    // `version` is within 0..=MIGRATIONS.len() here.
+    let want = expected_schema(usize::try_from(version).unwrap_or(0)).map_err(&e)?;
+    if let Some(differences) = differences(&have, &want) {
+        return Err(invalid(Defect::ForeignSchema {
+            version,
+            differences,
+        }));
+    }
+    if quick_check {
+        let mut stmt = conn
+            .prepare(&format!("PRAGMA quick_check({MAX_LISTED})"))
+            .map_err(&e)?;
+        let findings = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(&e)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(&e)?;
+        if findings != ["ok"] {
+            return Err(invalid(Defect::Corrupt(findings.join("; "))));
+        }
+    }
+    Ok(Found {
+        version,
+        application_id,
+    })
+}
+
+/// Applies the missing migrations and stamps the database, under the write lock, after inspecting it again there.
+fn migrate(conn: &mut Connection, path: &Path, quick_check: bool) -> Result<(), StoreError> {
+    let e = classify(path);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&e)?;
+    let found = inspect(&tx, path, quick_check)?;
+    if !found.is_current() {
+        // `found.version` is within 0..=MIGRATIONS.len() after inspection.
+        let from = usize::try_from(found.version).unwrap_or(0);
+        for (_, sql) in &MIGRATIONS[from..] {
+            tx.execute_batch(sql).map_err(&e)?;
+        }
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(&e)?;
+        tx.pragma_update(None, "user_version", known_version())
+            .map_err(&e)?;
+    }
+    tx.commit().map_err(&e)
+}
+
 /// An open, migrated store.
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
     path: PathBuf,
-}
-
-fn invalid(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError::Invalid {
-        path: path.to_path_buf(),
-        source,
-    }
+    read_only: bool,
 }
 
 impl Store {
-    /// Opens (creating it and its directory on first use) and migrates the database at `path`.
+    /// Opens (creating it and its directory on first use) and migrates the database at `path`; see the module
+    /// doc for what is checked before anything is written.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut pause = Duration::from_millis(BUSY_RETRY_PAUSE_MS);
+        let mut retries = 0;
+        loop {
+            match Self::open_once(path) {
+                Err(err) if err.is_busy() && retries < MAX_BUSY_RETRIES => {
+                    retries += 1;
+                    std::thread::sleep(pause);
+                    pause = pause.saturating_mul(2);
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn open_once(path: &Path) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
                 path: dir.to_path_buf(),
                 source,
             })?;
         }
-        let conn = Connection::open_with_flags(
+        let exists = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => true,
+            // A FIFO would hang SQLite's first read; a device is nobody's database.
+            Ok(_) => {
+                return Err(StoreError::Invalid {
+                    path: path.to_path_buf(),
+                    defect: Defect::NotRegularFile,
+                });
+            }
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => false,
+            Err(source) => {
+                return Err(StoreError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        let e = classify(path);
+        let busy = Duration::from_millis(BUSY_TIMEOUT_MS);
+        // Inspect an existing file read-only, so that a refused one keeps every byte.
+        let found = if exists {
+            let ro = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(&e)?;
+            ro.busy_timeout(busy).map_err(&e)?;
+            match inspect(&ro, path, true) {
+                Ok(found) => Some(found),
+                // A hot journal left by a crash: only a read-write connection may roll it back (SQLite's own
+                // recovery, restoring the last committed state); the checks then run inside the write lock.
+                Err(StoreError::Unavailable { source, .. })
+                    if source.sqlite_extended_error_code()
+                        == Some(rusqlite::ffi::SQLITE_READONLY_ROLLBACK) =>
+                {
+                    None
+                }
+                Err(err) => return Err(err),
+            }
+        } else {
+            None
+        };
+        let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .map_err(invalid(path))?;
-        Self::init(conn, path)
+        .map_err(&e)?;
+        conn.busy_timeout(busy).map_err(&e)?;
+        // SQLite opens a write-protected file read-only; a current one is then used as it is.
+        let read_only = conn.is_readonly(rusqlite::MAIN_DB).map_err(&e)?;
+        if !found.is_some_and(Found::is_current) {
+            migrate(&mut conn, path, found.is_none())?;
+        }
+        if !read_only {
+            // WAL lets calibration write while planners read.
+            let mode: String = conn
+                .pragma_query_value(None, "journal_mode", |r| r.get(0))
+                .map_err(&e)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                conn.pragma_update(None, "journal_mode", "WAL")
+                    .map_err(&e)?;
+            }
+        }
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(&e)?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            read_only,
+        })
     }
 
     /// An in-memory store (tests).
     pub fn open_in_memory() -> Result<Store, StoreError> {
-        let conn = Connection::open_in_memory().map_err(invalid(Path::new(":memory:")))?;
-        Self::init(conn, Path::new(":memory:"))
-    }
-
-    fn init(mut conn: Connection, path: &Path) -> Result<Store, StoreError> {
-        let e = invalid(path);
-        conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))
-            .map_err(&e)?;
-        // WAL lets calibration write while planners read; in-memory databases ignore it.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(&e)?;
-        conn.pragma_update(None, "foreign_keys", "ON").map_err(&e)?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(&e)?;
-        let known = MIGRATIONS.len() as i64;
-        if version > known {
-            return Err(StoreError::Newer {
-                path: path.to_path_buf(),
-                found: version,
-                known,
-            });
-        }
-        if version < known {
-            let tx = conn.transaction().map_err(&e)?;
-            for (_, sql) in &MIGRATIONS[version as usize..] {
-                tx.execute_batch(sql).map_err(&e)?;
-            }
-            tx.pragma_update(None, "user_version", known).map_err(&e)?;
-            tx.commit().map_err(&e)?;
-        }
+        let path = Path::new(":memory:");
+        let mut conn = Connection::open_in_memory().map_err(classify(path))?;
+        migrate(&mut conn, path, false)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(classify(path))?;
         Ok(Store {
             conn,
             path: path.to_path_buf(),
+            read_only: false,
         })
     }
 
@@ -120,11 +446,23 @@ impl Store {
         &self.path
     }
 
+    /// Whether the file was write-protected and the store is used read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// The schema version (`PRAGMA user_version`).
     pub fn version(&self) -> Result<i64, StoreError> {
         self.conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(invalid(&self.path))
+            .map_err(classify(&self.path))
+    }
+
+    /// The application id (`PRAGMA application_id`): [`APPLICATION_ID`] once opened.
+    pub fn application_id(&self) -> Result<i32, StoreError> {
+        self.conn
+            .pragma_query_value(None, "application_id", |r| r.get(0))
+            .map_err(classify(&self.path))
     }
 
     /// Measurements recorded for a device profile and a model fingerprint.
@@ -133,7 +471,7 @@ impl Store {
         device_profiles: &[String],
         fingerprint: &str,
     ) -> Result<(Measurements, u64), StoreError> {
-        let e = invalid(&self.path);
+        let e = classify(&self.path);
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -145,7 +483,7 @@ impl Store {
         let mut rows = 0u64;
         for p in device_profiles {
             let n: i64 = stmt.query_row((p, fingerprint), |r| r.get(0)).map_err(&e)?;
-            rows += n as u64;
+            rows = rows.saturating_add(u64::try_from(n).unwrap_or(0));
         }
         Ok((Measurements::default(), rows))
     }
@@ -153,7 +491,10 @@ impl Store {
 
 /// The default database: `$XDG_DATA_HOME/optimizer/optimizer.db`, else `~/.local/share/optimizer/optimizer.db`.
 pub fn default_path(xdg_data_home: Option<&str>, home: Option<&str>) -> Option<PathBuf> {
-    match (xdg_data_home.filter(|s| !s.is_empty()), home) {
+    match (
+        xdg_data_home.filter(|s| !s.is_empty()),
+        home.filter(|s| !s.is_empty()),
+    ) {
         (Some(x), _) => Some(PathBuf::from(x).join("optimizer/optimizer.db")),
         (None, Some(h)) => Some(PathBuf::from(h).join(".local/share/optimizer/optimizer.db")),
         _ => None,
@@ -164,43 +505,44 @@ pub fn default_path(xdg_data_home: Option<&str>, home: Option<&str>) -> Option<P
 mod tests {
     use super::*;
 
-    #[test]
-    fn migrations_apply_from_empty_and_reopen_is_idempotent() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("sub/dir/optimizer.db");
-        let s = Store::open(&p).unwrap();
-        assert_eq!(s.version().unwrap(), MIGRATIONS.len() as i64);
-        drop(s);
-        let s = Store::open(&p).unwrap();
-        assert_eq!(s.version().unwrap(), MIGRATIONS.len() as i64);
-        let (_, rows) = s.measurements(&["rtx-4090".into()], "abc").unwrap();
-        assert_eq!(rows, 0);
-        let m = Store::open_in_memory().unwrap();
-        assert_eq!(m.version().unwrap(), MIGRATIONS.len() as i64);
-    }
-
-    #[test]
-    fn a_newer_database_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("new.db");
-        {
-            let c = Connection::open(&p).unwrap();
-            c.pragma_update(None, "user_version", 99).unwrap();
+    fn object(kind: &str, name: &str, sql: &str) -> SchemaObject {
+        SchemaObject {
+            kind: kind.into(),
+            name: name.into(),
+            table: name.into(),
+            sql: Some(sql.into()),
         }
-        let err = Store::open(&p).unwrap_err();
-        assert!(matches!(err, StoreError::Newer { found: 99, .. }), "{err}");
-        assert!(err.to_string().contains("new.db"));
     }
 
     #[test]
-    fn a_corrupt_file_is_an_invalid_database_and_is_left_as_it_was() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("corrupt.db");
-        let garbage = b"this is not a database, just some bytes that happen to be here".repeat(100);
-        std::fs::write(&p, &garbage).unwrap();
-        let err = Store::open(&p).unwrap_err();
-        assert!(matches!(err, StoreError::Invalid { .. }), "{err}");
-        assert_eq!(std::fs::read(&p).unwrap(), garbage, "no data lost");
+    fn schema_differences_name_extra_changed_and_missing_objects() {
+        let want = vec![
+            object("table", "a", "CREATE TABLE a(x)"),
+            object("table", "b", "CREATE TABLE b(x)"),
+        ];
+        let have = vec![
+            object("table", "a", "CREATE TABLE a(y)"),
+            object("table", "users", "CREATE TABLE users(x)"),
+        ];
+        let d = differences(&have, &want).unwrap();
+        assert_eq!(
+            d,
+            "table \"a\" is defined differently; table \"users\" is not ours; table \"b\" is missing"
+        );
+        assert_eq!(differences(&want, &want), None);
+        let many: Vec<_> = (0..8)
+            .map(|i| object("table", &format!("t{i}"), "x"))
+            .collect();
+        assert!(differences(&many, &[]).unwrap().ends_with("; and 3 more"));
+    }
+
+    #[test]
+    fn the_expected_schema_of_version_0_is_empty_and_of_version_1_has_our_tables() {
+        assert!(expected_schema(0).unwrap().is_empty());
+        let v1 = expected_schema(1).unwrap();
+        for t in ["device", "model", "run", "measurement"] {
+            assert!(v1.iter().any(|o| o.kind == "table" && o.name == t), "{t}");
+        }
     }
 
     #[test]
@@ -214,5 +556,6 @@ mod tests {
             Some(PathBuf::from("/h/.local/share/optimizer/optimizer.db"))
         );
         assert_eq!(default_path(Some(""), None), None);
+        assert_eq!(default_path(None, Some("")), None);
     }
 }

@@ -1,0 +1,332 @@
+//! The measurement store (`optimizer::store`): only our own databases are migrated, nothing is written to a
+//! refused file, page corruption is found, concurrent first opens are safe, and the environment's faults are told
+//! apart from the file's (issue 8, "The store").
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+
+use optimizer::store::{APPLICATION_ID, Defect, MIGRATIONS, Store, StoreError};
+use rusqlite::Connection;
+
+const KNOWN: i64 = MIGRATIONS.len() as i64;
+
+/// A database made by hand with `setup`, in rollback-journal mode so that reading it creates no side files.
+fn make(dir: &Path, name: &str, setup: &str) -> PathBuf {
+    let p = dir.join(name);
+    let c = Connection::open(&p).unwrap();
+    c.execute_batch(setup).unwrap();
+    p
+}
+
+/// Our current database, as `Store::open` writes it, then switched back to a rollback journal.
+fn ours(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    drop(Store::open(&p).unwrap());
+    let c = Connection::open(&p).unwrap();
+    let mode: String = c
+        .pragma_update_and_check(None, "journal_mode", "DELETE", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete");
+    p
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn defect(err: &StoreError) -> &Defect {
+    match err {
+        StoreError::Invalid { defect, .. } => defect,
+        other => panic!("expected an invalid file, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_fresh_path_and_an_empty_file_are_created_stamped_and_migrated() {
+    let d = tempfile::tempdir().unwrap();
+    let fresh = d.path().join("sub/dir/optimizer.db");
+    let empty = d.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    for p in [&fresh, &empty] {
+        let s = Store::open(p).unwrap();
+        assert_eq!(s.version().unwrap(), KNOWN);
+        assert_eq!(s.application_id().unwrap(), APPLICATION_ID);
+        drop(s);
+        let s = Store::open(p).unwrap();
+        assert_eq!(s.version().unwrap(), KNOWN, "reopening is idempotent");
+        let (_, rows) = s.measurements(&["rtx-4090".into()], "abc").unwrap();
+        assert_eq!(rows, 0);
+    }
+    let m = Store::open_in_memory().unwrap();
+    assert_eq!(m.version().unwrap(), KNOWN);
+    assert_eq!(m.application_id().unwrap(), APPLICATION_ID);
+}
+
+#[test]
+fn a_negative_user_version_is_refused_not_a_panic() {
+    let d = tempfile::tempdir().unwrap();
+    let p = make(d.path(), "negative.db", "PRAGMA user_version = -1;");
+    let err = Store::open(&p).unwrap_err();
+    assert!(matches!(defect(&err), Defect::NegativeVersion(-1)), "{err}");
+    assert!(err.is_invalid_file());
+    assert!(err.to_string().contains("negative.db"), "{err}");
+}
+
+#[test]
+fn a_foreign_sqlite_file_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = make(
+        d.path(),
+        "foreign.db",
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users VALUES (1, 'ann');",
+    );
+    let err = Store::open(&p).unwrap_err();
+    assert!(
+        matches!(defect(&err), Defect::ForeignSchema { version: 0, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("table \"users\" is not ours"),
+        "{err}"
+    );
+}
+
+#[test]
+fn another_application_id_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = make(
+        d.path(),
+        "other-app.db",
+        "PRAGMA application_id = 305419896;",
+    );
+    let err = Store::open(&p).unwrap_err();
+    assert!(
+        matches!(
+            defect(&err),
+            Defect::ForeignApplication { found: 0x1234_5678 }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn our_stamped_database_with_a_table_that_is_not_ours_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = ours(d.path(), "extra.db");
+    Connection::open(&p)
+        .unwrap()
+        .execute_batch("CREATE TABLE notes (x)")
+        .unwrap();
+    let err = Store::open(&p).unwrap_err();
+    assert!(
+        err.to_string().contains("table \"notes\" is not ours"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unstamped_version_1_database_without_our_schema_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = make(
+        d.path(),
+        "half.db",
+        "CREATE TABLE device (id INTEGER PRIMARY KEY); PRAGMA user_version = 1;",
+    );
+    let err = Store::open(&p).unwrap_err();
+    assert!(
+        matches!(defect(&err), Defect::ForeignSchema { version: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("is missing"), "{err}");
+}
+
+#[test]
+fn a_database_of_the_previous_release_is_accepted_and_stamped() {
+    // What the release before application ids wrote: WAL, user_version 1, migration 0001, application id 0.
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("previous.db");
+    {
+        let c = Connection::open(&p).unwrap();
+        c.pragma_update(None, "journal_mode", "WAL").unwrap();
+        let tx = c.unchecked_transaction().unwrap();
+        tx.execute_batch(MIGRATIONS[0].1).unwrap();
+        tx.pragma_update(None, "user_version", 1).unwrap();
+        tx.execute(
+            "INSERT INTO device (profile, name) VALUES ('rtx-4090', 'NVIDIA GeForce RTX 4090')",
+            [],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        let id: i32 = c
+            .pragma_query_value(None, "application_id", |r| r.get(0))
+            .unwrap();
+        assert_eq!(id, 0);
+    }
+    let s = Store::open(&p).unwrap();
+    assert_eq!(s.version().unwrap(), KNOWN);
+    assert_eq!(s.application_id().unwrap(), APPLICATION_ID, "stamped");
+    drop(s);
+    let c = Connection::open(&p).unwrap();
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM device", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1, "its rows are kept");
+}
+
+#[test]
+fn a_page_corrupted_database_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = ours(d.path(), "corrupt-page.db");
+    let page_size: u32 = Connection::open(&p)
+        .unwrap()
+        .pragma_query_value(None, "page_size", |r| r.get(0))
+        .unwrap();
+    let page_size = page_size as usize;
+    let mut bytes = std::fs::read(&p).unwrap();
+    assert!(bytes.len() >= 3 * page_size, "{} bytes", bytes.len());
+    // Page 3 (a table's root page): garbage where a b-tree page header belongs.
+    bytes[2 * page_size..3 * page_size].fill(0xA5);
+    std::fs::write(&p, &bytes).unwrap();
+    let err = Store::open(&p).unwrap_err();
+    assert!(matches!(defect(&err), Defect::Corrupt(_)), "{err}");
+    assert!(err.is_invalid_file());
+}
+
+#[test]
+fn refused_files_are_left_byte_for_byte() {
+    let d = tempfile::tempdir().unwrap();
+    let garbage = d.path().join("garbage.db");
+    std::fs::write(&garbage, b"this is not a database, just bytes ".repeat(200)).unwrap();
+    let corrupt = ours(d.path(), "corrupt.db");
+    let mut bytes = std::fs::read(&corrupt).unwrap();
+    bytes[2 * 4096..3 * 4096].fill(0xA5);
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let cases = [
+        (
+            make(
+                d.path(),
+                "foreign.db",
+                "CREATE TABLE users (id INTEGER PRIMARY KEY);",
+            ),
+            "table \"users\" is not ours",
+        ),
+        (
+            make(
+                d.path(),
+                "newer.db",
+                &format!(
+                    "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 99; CREATE TABLE later (x);"
+                ),
+            ),
+            "written by a newer optimizer",
+        ),
+        (
+            make(d.path(), "negative.db", "PRAGMA user_version = -7;"),
+            "negative schema version -7",
+        ),
+        (corrupt, "corrupted"),
+        (garbage, "not an SQLite database"),
+    ];
+    let listing = files_in(d.path());
+    for (p, defect) in &cases {
+        let before = std::fs::read(p).unwrap();
+        let err = Store::open(p).unwrap_err();
+        assert!(err.is_invalid_file(), "{}: {err}", p.display());
+        assert!(err.to_string().contains(defect), "{err}");
+        assert_eq!(
+            std::fs::read(p).unwrap(),
+            before,
+            "{} was modified: {err}",
+            p.display()
+        );
+    }
+    assert_eq!(
+        files_in(d.path()),
+        listing,
+        "no journal or WAL files left behind"
+    );
+}
+
+#[test]
+fn a_newer_database_is_refused_as_newer() {
+    let d = tempfile::tempdir().unwrap();
+    let p = make(
+        d.path(),
+        "new.db",
+        &format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 99;"),
+    );
+    let err = Store::open(&p).unwrap_err();
+    assert!(matches!(err, StoreError::Newer { found: 99, .. }), "{err}");
+    assert!(err.to_string().contains("new.db"));
+}
+
+#[test]
+fn twenty_simultaneous_first_opens_all_succeed() {
+    const THREADS: usize = 20;
+    // Several rounds: one race is luck, five in a row is not.
+    for round in 0..5 {
+        let d = tempfile::tempdir().unwrap();
+        let p = Arc::new(d.path().join(format!("race-{round}.db")));
+        let start = Arc::new(Barrier::new(THREADS));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (p, start) = (Arc::clone(&p), Arc::clone(&start));
+                std::thread::spawn(move || {
+                    start.wait();
+                    Store::open(&p).map(|s| s.version().unwrap())
+                })
+            })
+            .collect();
+        for h in handles {
+            match h.join().unwrap() {
+                Ok(v) => assert_eq!(v, KNOWN),
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        let c = Connection::open(&*p).unwrap();
+        let tables: i64 = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 4, "migrated once");
+    }
+}
+
+#[test]
+fn the_environments_faults_are_not_invalid_files() {
+    let d = tempfile::tempdir().unwrap();
+    // A directory that cannot be created (its parent is a file): works the same for root.
+    let file = d.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Store::open(&file.join("optimizer/optimizer.db")).unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err}");
+    assert!(!err.is_invalid_file());
+    // A directory where no file can be created (procfs refuses, for root too).
+    let err = Store::open(Path::new("/proc/self/optimizer.db")).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(!err.is_invalid_file());
+}
+
+#[test]
+fn a_directory_or_fifo_is_refused_without_hanging() {
+    let d = tempfile::tempdir().unwrap();
+    let err = Store::open(d.path()).unwrap_err();
+    assert!(matches!(defect(&err), Defect::NotRegularFile), "{err}");
+    let fifo = d.path().join("fifo.db");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mkfifo");
+    let err = Store::open(&fifo).unwrap_err();
+    assert!(matches!(defect(&err), Defect::NotRegularFile), "{err}");
+}
