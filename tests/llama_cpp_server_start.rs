@@ -1,0 +1,134 @@
+//! The pinned llama-server starts from the argv a plan emits, as written: for a few presets on a fixture model,
+//! the document's `launch.llama_server.argv` (with `--host 127.0.0.1 --port <free port>` appended, loopback
+//! only) is run until `GET /health` answers 200, then the server is killed.
+//!
+//! It needs a build of the pinned engine's llama-server (tests/fixtures/llama-cpp/README.md says how); without
+//! `LLAMA_SERVER=/path/to/llama-server` it prints why and passes, so the normal test run needs no binary (the
+//! argument-table check in tests/llama_cpp_argv_table.rs covers that part).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use optimizer::hardware;
+use optimizer::model;
+use optimizer::plan::{self, Inputs, Measurements, Overrides};
+use optimizer::profile;
+
+/// How long a server may take to load a fixture model and answer /health: the fixtures are a few MiB, so a
+/// minute is generous even on a loaded 2-core machine, and short enough that a hung server fails the test.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// Between /health polls.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Per-request socket timeout, so a server that accepts and never answers cannot hang the poll.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A port the kernel just handed out on loopback (released before the server binds it).
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The status code of `GET /health`, or None when nothing answers.
+fn health(port: u16) -> Option<u16> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut s = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).ok()?;
+    s.set_read_timeout(Some(REQUEST_TIMEOUT)).ok()?;
+    s.set_write_timeout(Some(REQUEST_TIMEOUT)).ok()?;
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut head = [0u8; 64];
+    let n = s.read(&mut head).ok()?;
+    let line = std::str::from_utf8(&head[..n]).ok()?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn the_pinned_llama_server_starts_from_emitted_argv() {
+    let Some(server) = std::env::var_os("LLAMA_SERVER").filter(|v| !v.is_empty()) else {
+        eprintln!(
+            "skipped: set LLAMA_SERVER to the pinned llama-server binary to start it from emitted argv \
+             (tests/fixtures/llama-cpp/README.md)"
+        );
+        return;
+    };
+    let set = profile::load(&[]).unwrap();
+    // The engine here is a CPU build: plan for the host of the CPU fixture inventory.
+    let inv = hardware::load_inventory(&root().join("tests/fixtures/inventories/cpu-server.yaml"))
+        .unwrap();
+    let mut report = Vec::new();
+    for (fixture, workload) in [
+        ("llama-q4_k_m.gguf", "inference"),
+        ("llama-q4_k_m.gguf", "chat"),
+        ("qwen2-q4_0.gguf", "batch-inference"),
+        ("mixtral-moe-q4_k.gguf", "long-context"),
+    ] {
+        let path = root().join("tests/fixtures/gguf").join(fixture);
+        let spec = model::load(&path).unwrap();
+        let label = path.display().to_string();
+        let doc = plan::resolve(&Inputs {
+            model: &spec,
+            model_path: &label,
+            inventory: &inv,
+            hardware_source: "inventory",
+            profiles: &set,
+            workload: &set.workload(workload).unwrap().value,
+            measurements: &Measurements::default(),
+            overrides: &Overrides::default(),
+        })
+        .unwrap();
+        let argv = &doc.launch.llama_server.argv;
+        assert_eq!(argv[0], "llama-server", "{workload}: program");
+        let port = free_port();
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut child = Command::new(&server)
+            .args(&argv[1..])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let outcome = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Err(format!("exited with {status} before answering /health"));
+            }
+            if health(port) == Some(200) {
+                break Ok(started.elapsed());
+            }
+            if started.elapsed() > START_DEADLINE {
+                break Err(format!("no 200 from /health within {START_DEADLINE:?}"));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        };
+        // Only the child this test started, by its handle.
+        let _ = child.kill();
+        let _ = child.wait();
+        match outcome {
+            Ok(t) => report.push(format!(
+                "{fixture} {workload}: /health 200 after {:.1} s with {:?}",
+                t.as_secs_f64(),
+                &argv[3..]
+            )),
+            Err(e) => {
+                let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                panic!(
+                    "{fixture} {workload}: llama-server {argv:?} {e}; its log ends:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
