@@ -397,7 +397,8 @@ fn repacks_type(ty: GgmlType, ne1: u64, cpu_features: &[String]) -> bool {
 /// - output layer on a GPU: a copy on that GPU;
 /// - output layer on the host with the GPU's pinned host buffer first in the host list (GPUs present, no
 ///   `--no-host`; llama-model.cpp `make_cpu_buft_list` L1078): both ops are supported there for every type the
-///   CPU repacks (ggml-cuda.cu `supports_op`, GET_ROWS and MUL_MAT), so the copy is shared: nothing;
+///   CPU repacks (ggml-cuda.cu `supports_op`, GET_ROWS and MUL_MAT), and under mmap both are moved to the same
+///   plain CPU buffer (llama-model-loader.cpp L1269-1277), so the copy is shared: nothing;
 /// - output layer on the host otherwise: `CPU_REPACK` never takes GET_ROWS (repack.cpp `supports_op` accepts
 ///   only MUL_MAT and MUL_MAT_ID), so the embedding sits in `CPU`; the duplicate goes to `CPU_REPACK` when
 ///   repacking is on and its type and row count repack ([`repacks_type`], e.g. Q4_0 or Q4_K on AVX2), adding a
@@ -714,8 +715,9 @@ fn estimate_checked(
         .collect();
 
     // Weights. With GPUs the host list starts with the first GPU's pinned host buffer, which takes every
-    // host weight before CPU_REPACK is tried (llama-model.cpp make_cpu_buft_list L1078-1135); --no-host skips
-    // it (common/arg.cpp: "bypass host buffer allowing extra buffers to be used").
+    // host weight before CPU_REPACK is tried (llama-model.cpp make_cpu_buft_list L1078-1135), or the plain CPU
+    // buffer instead of it under mmap (llama-model-loader.cpp L1269-1277); --no-host skips it (common/arg.cpp:
+    // "bypass host buffer allowing extra buffers to be used").
     let host_buffer = !gpus.is_empty() && !params.no_host;
     let repack = params.repack && !host_buffer;
     let mut repacked_types = std::collections::BTreeSet::new();
