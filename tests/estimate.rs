@@ -402,3 +402,121 @@ fn pipeline_parallelism_needs_every_layer_on_two_or_more_gpus() {
     .unwrap();
     assert!(all.devices[1].compute_bytes > no_pp.devices[1].compute_bytes);
 }
+
+/// A two-layer Llama with tied embeddings (no `output.weight`), every matrix in Q4_0 (`llama-quantize --pure`).
+fn tied_q4_0(dir: &Path) -> optimizer::model::ModelSpec {
+    use optimizer::model::gguf_builder::GgufBuilder;
+    const Q4_0: u32 = 2;
+    let mut b = GgufBuilder::new();
+    b.kv_str("general.architecture", "llama")
+        .kv_u32("llama.context_length", 4096)
+        .kv_u32("llama.embedding_length", 64)
+        .kv_u32("llama.block_count", 2)
+        .kv_u32("llama.feed_forward_length", 128)
+        .kv_u32("llama.attention.head_count", 4)
+        .kv_u32("llama.attention.head_count_kv", 2)
+        .kv_u32("llama.vocab_size", 256);
+    let q4 = |ne: &[u64]| ne[0] / 32 * 18 * ne[1..].iter().product::<u64>();
+    b.tensor("token_embd.weight", &[64, 256], Q4_0, q4(&[64, 256]));
+    for l in 0..2 {
+        for (name, ne) in [
+            ("attn_q", [64u64, 64]),
+            ("attn_k", [64, 32]),
+            ("attn_v", [64, 32]),
+            ("attn_output", [64, 64]),
+            ("ffn_gate", [64, 128]),
+            ("ffn_up", [64, 128]),
+            ("ffn_down", [128, 64]),
+        ] {
+            b.tensor(&format!("blk.{l}.{name}.weight"), &ne, Q4_0, q4(&ne));
+        }
+    }
+    let p = dir.join("tied-q4_0.gguf");
+    std::fs::write(&p, b.build()).unwrap();
+    model::load(&p).unwrap()
+}
+
+/// Issue 8: the tied output layer's duplicate of `token_embd.weight` (TENSOR_DUPLICATED) costs a second copy
+/// wherever it lands in another buffer type than the embedding: `CPU_REPACK` on a CPU that repacks its type,
+/// the GPU holding the output layer; never on the host when the GPU's pinned host buffer takes both.
+#[test]
+fn tied_output_copy_follows_the_buffer_type_it_lands_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = tied_q4_0(dir.path());
+    assert!(spec.hparams.tied_embeddings);
+    let embd = spec.tensor("token_embd.weight").unwrap().bytes;
+    let blocks: u64 = spec
+        .tensors
+        .iter()
+        .filter(|t| t.layer.is_some())
+        .map(|t| t.bytes)
+        .sum();
+    let p = Params {
+        n_ctx: 512,
+        ..Params::default()
+    };
+    let avx2 = Machine {
+        cpu_features: vec!["avx2".into()],
+        gpus: vec![],
+    };
+    // CPU, repacking: the blocks and the output's copy in CPU_REPACK, the embedding itself in CPU.
+    let e = estimate(&spec, &p, &avx2).unwrap();
+    assert_eq!(e.devices[0].weights_repack_bytes, blocks + embd);
+    assert_eq!(e.devices[0].weights_bytes, embd);
+    assert!(
+        e.notes.iter().any(|n| n.contains("tied output")),
+        "{:?}",
+        e.notes
+    );
+    // No repacking (flag, or a CPU without the kernels): one shared copy.
+    for (p, m) in [
+        (
+            Params {
+                repack: false,
+                ..p.clone()
+            },
+            &avx2,
+        ),
+        (p.clone(), &Machine::default()),
+    ] {
+        let e = estimate(&spec, &p, m).unwrap();
+        assert_eq!(e.devices[0].weights_repack_bytes, 0);
+        assert_eq!(e.devices[0].weights_bytes, blocks + embd);
+    }
+    let gpu = |cpu: &[&str]| Machine {
+        cpu_features: cpu.iter().map(|s| s.to_string()).collect(),
+        gpus: vec![GpuTarget {
+            name: "gpu".into(),
+            free_bytes: 8 << 30,
+            overhead_bytes: 0,
+        }],
+    };
+    // Output layer on the GPU: the copy sits there.
+    let e = estimate(&spec, &p, &gpu(&["avx2"])).unwrap();
+    assert_eq!(e.devices[1].weights_bytes, blocks + embd);
+    assert_eq!(e.devices[0].weights_bytes, embd);
+    assert_eq!(e.devices[0].weights_repack_bytes, 0);
+    // Output layer on the host with a GPU present: the pinned host buffer takes every host weight, so there is
+    // no repacking and the output shares the embedding's copy.
+    let host_output = Params {
+        n_gpu_layers: 0,
+        ..p.clone()
+    };
+    let e = estimate(&spec, &host_output, &gpu(&["avx2"])).unwrap();
+    assert!(!e.resolved.repack);
+    assert_eq!(e.devices[0].weights_repack_bytes, 0);
+    assert_eq!(e.devices[0].weights_bytes, blocks + embd);
+    assert_eq!(e.devices[1].weights_bytes, 0);
+    // --no-host: CPU_REPACK again, with the copy.
+    let e = estimate(
+        &spec,
+        &Params {
+            no_host: true,
+            ..host_output
+        },
+        &gpu(&["avx2"]),
+    )
+    .unwrap();
+    assert_eq!(e.devices[0].weights_repack_bytes, blocks + embd);
+    assert_eq!(e.devices[0].weights_bytes, embd);
+}

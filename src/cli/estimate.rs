@@ -109,6 +109,9 @@ pub struct RawEstimate {
     /// Disable CPU weight repacking.
     #[arg(long = "no-repack")]
     no_repack: bool,
+    /// Host weights skip the GPU's pinned host buffer (CPU repacking then applies with GPUs too).
+    #[arg(long = "no-host")]
+    no_host: bool,
     /// Keep the routed experts of the first N layers on the CPU.
     #[arg(long = "n-cpu-moe", default_value_t = 0)]
     n_cpu_moe: u32,
@@ -216,6 +219,7 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
                 RawLoadMode::Auto | RawLoadMode::Mmap | RawLoadMode::MmapMlock
             ),
             repack: !raw.no_repack,
+            no_host: raw.no_host,
             n_cpu_moe: raw.n_cpu_moe,
             swa_full: raw.swa_full,
         },
@@ -304,8 +308,16 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     let set = common.profiles()?;
     let mut notes = Vec::new();
     let m = machine(common, s, &set, &mut notes)?;
-    let mut est =
-        llama_cpp::estimate(&spec, &s.params, &m).map_err(|e| Failure::new(exit::USAGE, e))?;
+    let mut est = llama_cpp::estimate(&spec, &s.params, &m).map_err(|e| {
+        if e.is_model_defect() {
+            Failure::new(
+                exit::INVALID_INPUT,
+                anyhow::anyhow!("{}: {e}", s.model.display()),
+            )
+        } else {
+            Failure::new(exit::USAGE, e)
+        }
+    })?;
     est.notes.extend(notes);
     let text = match s.format {
         OutputFormat::Table => table(&est),

@@ -7,6 +7,11 @@
 //! engine's graph allocator, which depends on the order the graph frees tensors; it is modelled as the largest
 //! live set among the graph's phases (attention, feed-forward, output) and checked against the measured table
 //! in `tests/fixtures/llama-cpp/`.
+//!
+//! Every size is computed with checked arithmetic from bounded inputs: flags are refused above the engine's own
+//! limits ([`MAX_CTX_FLAG`], [`MAX_BATCH_FLAG`], [`MAX_SEQ`]) and hyper-parameters above llama.cpp's
+//! (`model::check_hparams`, [`MAX_LAYERS`]). Trade-off: a size that still overflows 64 bits is blamed on the
+//! model when it overflows even at the smallest context and batch, and on the flags otherwise.
 
 use serde::Serialize;
 
@@ -52,6 +57,8 @@ pub struct Params {
     pub mmap: bool,
     /// `--no-repack` clears it: CPU weight repacking into the `CPU_REPACK` buffer.
     pub repack: bool,
+    /// `--no-host`: host weights skip the GPU's pinned host buffer, so CPU repacking applies with GPUs too.
+    pub no_host: bool,
     /// `--n-cpu-moe N`: keep the routed experts of the first N layers on the CPU.
     pub n_cpu_moe: u32,
     /// `--swa-full`: full-size cache for sliding-window layers.
@@ -74,6 +81,7 @@ impl Default for Params {
             no_kv_offload: false,
             mmap: true,
             repack: true,
+            no_host: false,
             n_cpu_moe: 0,
             swa_full: false,
         }
@@ -122,6 +130,75 @@ pub enum ParamError {
     MissingHparam(&'static str),
     #[error("-ts names {given} devices but {gpus} GPUs are present")]
     TensorSplit { given: usize, gpus: usize },
+    #[error("-ts {value} is not a finite proportion of at least 0")]
+    TensorSplitValue { value: f64 },
+    #[error("{flag} {value} is above {max}: {why}")]
+    FlagOutOfRange {
+        flag: &'static str,
+        value: u64,
+        max: u64,
+        why: &'static str,
+    },
+    #[error(
+        "a {which} cache of type {type_name} needs rows that divide into its {block}-element blocks, but the model's {which} rows have {elements} elements; llama.cpp refuses it"
+    )]
+    CacheBlock {
+        which: &'static str,
+        type_name: &'static str,
+        block: u64,
+        elements: u64,
+    },
+    #[error("the model's {key} is {value}, above llama.cpp's limit of {max}: {why}")]
+    ModelLimit {
+        key: &'static str,
+        value: u64,
+        max: u64,
+        why: &'static str,
+    },
+    #[error(
+        "the {what} overflows 64 bits even at the smallest context and batch: the model's hyper-parameters describe no model that can be allocated"
+    )]
+    ModelOverflow { what: &'static str },
+    #[error("the {what} overflows 64 bits with these parameters; lower -c, -ub or -np")]
+    Overflow { what: &'static str },
+}
+
+impl ParamError {
+    /// Whether the error is a defect of the model file (exit 4, naming the file) rather than of the flags.
+    pub fn is_model_defect(&self) -> bool {
+        matches!(
+            self,
+            ParamError::ModelLimit { .. }
+                | ParamError::ModelOverflow { .. }
+                | ParamError::MissingHparam(_)
+                | ParamError::NoTrainedContext
+        )
+    }
+}
+
+/// `-c`, `-b` and `-ub` are `int32_t` in llama.cpp's `common_params` (common/common.h L452-454) and parsed as
+/// `int` (common/arg.cpp `--ctx-size`, `--batch-size`, `--ubatch-size`).
+pub const MAX_CTX_FLAG: u32 = i32::MAX as u32;
+/// See [`MAX_CTX_FLAG`].
+pub const MAX_BATCH_FLAG: u32 = i32::MAX as u32;
+/// `LLAMA_MAX_SEQ` (src/llama-cparams.h L8): the context refuses more sequences (llama-context.cpp L101).
+pub const MAX_SEQ: u32 = 256;
+/// `LLAMA_MAX_LAYERS` (src/llama-hparams.h L11), asserted when the model loads (llama-model.cpp L1328).
+pub const MAX_LAYERS: u64 = 512;
+
+/// `a × b`, or the overflow error naming the size being computed.
+fn mul(what: &'static str, a: u64, b: u64) -> Result<u64, ParamError> {
+    a.checked_mul(b).ok_or(ParamError::Overflow { what })
+}
+
+/// `a + b`, or the overflow error naming the size being computed.
+fn add(what: &'static str, a: u64, b: u64) -> Result<u64, ParamError> {
+    a.checked_add(b).ok_or(ParamError::Overflow { what })
+}
+
+/// The product of `factors`, checked.
+fn product(what: &'static str, factors: &[u64]) -> Result<u64, ParamError> {
+    factors.iter().try_fold(1u64, |acc, &f| mul(what, acc, f))
 }
 
 /// Memory on one device.
@@ -143,14 +220,17 @@ pub struct DeviceMemory {
 }
 
 impl DeviceMemory {
-    fn finish(mut self) -> Self {
-        self.total_bytes = self.weights_bytes
-            + self.weights_repack_bytes
-            + self.kv_cache_bytes
-            + self.compute_bytes
-            + self.output_bytes
-            + self.overhead_bytes;
-        self
+    fn finish(mut self) -> Result<Self, ParamError> {
+        self.total_bytes = [
+            self.weights_repack_bytes,
+            self.kv_cache_bytes,
+            self.compute_bytes,
+            self.output_bytes,
+            self.overhead_bytes,
+        ]
+        .into_iter()
+        .try_fold(self.weights_bytes, |a, b| add("device total", a, b))?;
+        Ok(self)
     }
 }
 
@@ -204,17 +284,39 @@ pub const CACHE_TYPES: &[GgmlType] = &[
     GgmlType::Q5_1,
 ];
 
-/// `GGML_PAD(x, n)`.
-fn pad(x: u64, n: u64) -> u64 {
-    x.div_ceil(n) * n
+/// `GGML_PAD(x, n)`, checked.
+fn pad(what: &'static str, x: u64, n: u64) -> Result<u64, ParamError> {
+    mul(what, x.div_ceil(n), n)
+}
+
+/// A cell count as the engine's `uint32_t`, or the overflow error.
+fn cells_u32(what: &'static str, x: u64) -> Result<u32, ParamError> {
+    u32::try_from(x).map_err(|_| ParamError::Overflow { what })
 }
 
 /// The KV cache pads the context to 256 cells (llama-context.cpp L290, L296).
 const KV_PAD: u64 = 256;
 
-/// Bytes of one row of `n` elements of `t` (`ggml_row_size`).
+/// Bytes of one row of `n` elements of `t` (`ggml_row_size`); 0 where `n` does not fill whole blocks.
 pub fn row_size(t: GgmlType, n: u64) -> u64 {
     t.tensor_bytes(&[n]).unwrap_or(0)
+}
+
+/// Bytes of one cache row of `elements` elements: the engine refuses a row that does not fill whole blocks of a
+/// quantized cache type (llama-context.cpp L3851-3870 with flash attention; `ggml_row_size` asserts without).
+fn cache_row(which: &'static str, t: GgmlType, elements: u64) -> Result<u64, ParamError> {
+    let block = t.block_elements().max(1);
+    if elements % block != 0 {
+        return Err(ParamError::CacheBlock {
+            which,
+            type_name: t.name(),
+            block,
+            elements,
+        });
+    }
+    t.tensor_bytes(&[elements]).ok_or(ParamError::Overflow {
+        what: "KV cache row",
+    })
 }
 
 /// Where a tensor's layer lives: the input layer (always the CPU), a block, or the output layer.
@@ -246,18 +348,26 @@ pub fn repacks(t: &TensorInfo, cpu_features: &[String]) -> bool {
     let Dtype::Ggml(ty) = t.dtype else {
         return false;
     };
-    let has = |f: &str| cpu_features.iter().any(|x| x == f);
-    // ggml ne[1] is the second-innermost dimension: shape is row-major, so it is the second from the end.
     let dims = t.shape.len();
-    let ne1 = if dims >= 2 { t.shape[dims - 2] } else { 1 };
     let matmul = match t.slot_kind() {
         TensorKind::MatmulWeight => dims == 2,
         TensorKind::ExpertWeight => dims == 3,
         TensorKind::Other => false,
     };
-    if !matmul {
-        return false;
-    }
+    matmul && repacks_type(ty, ne1(&t.shape), cpu_features)
+}
+
+/// ggml's `ne[1]`, the second-innermost dimension: shapes are row-major, so it is the second from the end.
+fn ne1(shape: &[u64]) -> u64 {
+    let dims = shape.len();
+    if dims >= 2 { shape[dims - 2] } else { 1 }
+}
+
+/// The type rule of `ggml_repack_get_optimal_repack_type` (ggml-cpu/repack.cpp L4974-5100) for a matmul weight
+/// with `ne1` rows on a CPU with `cpu_features`. The features are the running CPU's in a `GGML_NATIVE` build
+/// (`ggml_cpu_has_avx2` and friends), so the measured tables record the flags of the machine they come from.
+fn repacks_type(ty: GgmlType, ne1: u64, cpu_features: &[String]) -> bool {
+    let has = |f: &str| cpu_features.iter().any(|x| x == f);
     let (avx2, avx512) = (has("avx2"), has("avx512f"));
     let (neon, i8mm, dotprod) = (has("neon"), has("i8mm"), has("dotprod"));
     match ty {
@@ -270,6 +380,46 @@ pub fn repacks(t: &TensorInfo, cpu_features: &[String]) -> bool {
         }
         GgmlType::Q8_0 | GgmlType::Q1_0 => neon && (i8mm || dotprod) && ne1 % 4 == 0,
         _ => false,
+    }
+}
+
+/// Bytes the engine adds for a tied output layer (no `output.weight`: the projection reuses `token_embd.weight`).
+///
+/// The rule, from the pinned source: every tied architecture creates its output as
+/// `create_tensor(tn(LLM_TENSOR_TOKEN_EMBD, "weight"), {n_embd, n_vocab}, TENSOR_DUPLICATED)` (e.g.
+/// src/models/llama.cpp L45, src/models/gemma2.cpp L37). The loader treats that tensor as the *output* layer's
+/// `GGML_OP_MUL_MAT` weight and picks its buffer type from the output layer's list (src/llama-model-loader.cpp
+/// L1160-1170, `select_weight_buft` L1067), while the embedding itself is the input layer's `GGML_OP_GET_ROWS`
+/// weight. If both land in the same buffer type the duplicate is the same tensor and costs nothing
+/// (llama-model-loader.cpp L1366-1372: "check if the original tensor was allocated in the same buffer type
+/// context"); otherwise a second copy of `token_embd`'s bytes is allocated there (`size_data += ggml_nbytes`).
+/// Hence:
+/// - output layer on a GPU: a copy on that GPU;
+/// - output layer on the host with the GPU's pinned host buffer first in the host list (GPUs present, no
+///   `--no-host`; llama-model.cpp `make_cpu_buft_list` L1078): both ops are supported there for every type the
+///   CPU repacks (ggml-cuda.cu `supports_op`, GET_ROWS and MUL_MAT), and under mmap both are moved to the same
+///   plain CPU buffer (llama-model-loader.cpp L1269-1277), so the copy is shared: nothing;
+/// - output layer on the host otherwise: `CPU_REPACK` never takes GET_ROWS (repack.cpp `supports_op` accepts
+///   only MUL_MAT and MUL_MAT_ID), so the embedding sits in `CPU`; the duplicate goes to `CPU_REPACK` when
+///   repacking is on and its type and row count repack ([`repacks_type`], e.g. Q4_0 or Q4_K on AVX2), adding a
+///   repacked copy of the whole embedding (316.4 MiB for Gemma-2-2B in Q4_0); else it shares the `CPU` copy.
+fn tied_output_copy(
+    embd: &TensorInfo,
+    output_dev: Option<usize>,
+    host_buffer: bool,
+    repack: bool,
+    cpu_features: &[String],
+) -> Option<(Option<usize>, bool)> {
+    match output_dev {
+        Some(gpu) => Some((Some(gpu), false)),
+        None if host_buffer => None,
+        None => {
+            let Dtype::Ggml(ty) = embd.dtype else {
+                return None;
+            };
+            (repack && embd.shape.len() == 2 && repacks_type(ty, ne1(&embd.shape), cpu_features))
+                .then_some((None, true))
+        }
     }
 }
 
@@ -355,13 +505,72 @@ pub fn estimate(
     params: &Params,
     machine: &Machine,
 ) -> Result<Estimate, ParamError> {
-    let h = &model.hparams;
-    let mut notes = Vec::new();
+    check_params(params, machine)?;
+    match estimate_checked(model, params, machine) {
+        Err(ParamError::Overflow { what }) => {
+            // Blame the model when even the smallest context and batch overflow (see the module doc).
+            let smallest = Params {
+                n_ctx: KV_PAD as u32,
+                n_batch: 1,
+                n_ubatch: 1,
+                n_parallel: 1,
+                kv_unified: false,
+                swa_full: false,
+                ..params.clone()
+            };
+            match estimate_checked(model, &smallest, machine) {
+                Err(ParamError::Overflow { what }) => Err(ParamError::ModelOverflow { what }),
+                Err(other) => Err(other),
+                Ok(_) => Err(ParamError::Overflow { what }),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The flags alone, against the engine's limits and rules.
+fn check_params(params: &Params, machine: &Machine) -> Result<(), ParamError> {
     if params.n_batch == 0 || params.n_ubatch == 0 {
         return Err(ParamError::ZeroBatch);
     }
     if params.n_parallel == 0 {
         return Err(ParamError::ZeroParallel);
+    }
+    let bounds: [(&'static str, u32, u32, &'static str); 4] = [
+        (
+            "-c",
+            params.n_ctx,
+            MAX_CTX_FLAG,
+            "llama.cpp reads -c into an int32_t (common/common.h L452)",
+        ),
+        (
+            "-b",
+            params.n_batch,
+            MAX_BATCH_FLAG,
+            "llama.cpp reads -b into an int32_t (common/common.h L453)",
+        ),
+        (
+            "-ub",
+            params.n_ubatch,
+            MAX_BATCH_FLAG,
+            "llama.cpp reads -ub into an int32_t (common/common.h L454)",
+        ),
+        (
+            "-np",
+            params.n_parallel,
+            MAX_SEQ,
+            "llama.cpp refuses more than LLAMA_MAX_SEQ sequences (llama-context.cpp L101)",
+        ),
+    ];
+    for (flag, value, max, why) in bounds {
+        if value > max {
+            return Err(ParamError::FlagOutOfRange {
+                flag,
+                value: value.into(),
+                max: max.into(),
+                why,
+            });
+        }
     }
     if params.n_ubatch > params.n_batch {
         return Err(ParamError::UbatchOverBatch {
@@ -380,6 +589,25 @@ pub fn estimate(
             gpus: machine.gpus.len(),
         });
     }
+    if let Some(&value) = params
+        .tensor_split
+        .iter()
+        .find(|v| !v.is_finite() || **v < 0.0)
+    {
+        return Err(ParamError::TensorSplitValue { value });
+    }
+    Ok(())
+}
+
+/// [`estimate`] after the flags passed [`check_params`]: every size checked, an overflow reported as
+/// [`ParamError::Overflow`].
+fn estimate_checked(
+    model: &ModelSpec,
+    params: &Params,
+    machine: &Machine,
+) -> Result<Estimate, ParamError> {
+    let h = &model.hparams;
+    let mut notes = Vec::new();
     // Flash attention: `auto` resolves to on when every device supports it for this model; the CPU backend
     // always does (llama-context.cpp, flash_attn_type auto resolution).
     let flash_attn = match params.flash_attn {
@@ -393,35 +621,54 @@ pub fn estimate(
         });
     }
 
-    // Context: llama-context.cpp L286-306.
-    let n_ctx_train = h.context_length.map(|c| c as u32);
+    // Context: llama-context.cpp L133 (0 takes n_ctx_train), L286-306. The model's context is bounded when the
+    // model is read (model::MAX_CONTEXT_LENGTH); a spec built another way is checked here as well.
     let n_ctx = if params.n_ctx == 0 {
-        n_ctx_train.ok_or(ParamError::NoTrainedContext)?
+        let train = h.context_length.ok_or(ParamError::NoTrainedContext)?;
+        if train == 0 || train > crate::model::MAX_CONTEXT_LENGTH {
+            return Err(ParamError::ModelLimit {
+                key: "context_length",
+                value: train,
+                max: crate::model::MAX_CONTEXT_LENGTH,
+                why: "llama.cpp needs a trained context of at least one cell that pads to 256 cells in a uint32_t (llama-context.cpp L290)",
+            });
+        }
+        train
     } else {
-        params.n_ctx
+        u64::from(params.n_ctx)
     };
     let n_seq = params.n_parallel;
     // llama-context.cpp L246-248: the batch is capped by the context as given, the micro-batch by the batch.
-    let n_batch = params.n_batch.min(n_ctx);
+    let n_batch = cells_u32("context", u64::from(params.n_batch).min(n_ctx))?;
     let n_ubatch = params.n_ubatch.min(n_batch);
-    let n_ctx = pad(u64::from(n_ctx), KV_PAD) as u32;
+    let n_ctx = pad("context", n_ctx, KV_PAD)?;
     let (n_ctx, n_ctx_seq) = if params.kv_unified {
-        (n_ctx, n_ctx)
+        let c = cells_u32("context", n_ctx)?;
+        (c, c)
     } else {
-        let per = pad(u64::from(n_ctx / n_seq), KV_PAD) as u32;
-        if per * n_seq != n_ctx {
+        let per = pad("context", n_ctx / u64::from(n_seq), KV_PAD)?;
+        let total = mul("context", per, u64::from(n_seq))?;
+        if total != n_ctx {
             notes.push(format!(
-                "llama.cpp rounds n_ctx to {} so each of the {n_seq} sequences gets {per} cells",
-                per * n_seq
+                "llama.cpp rounds n_ctx to {total} so each of the {n_seq} sequences gets {per} cells"
             ));
         }
-        (per * n_seq, per)
+        (cells_u32("context", total)?, cells_u32("context", per)?)
     };
     let n_stream = if params.kv_unified { 1 } else { n_seq };
 
-    let n_layer = h
+    let n_layer_u64 = h
         .block_count
-        .ok_or(ParamError::MissingHparam("block_count"))? as u32;
+        .ok_or(ParamError::MissingHparam("block_count"))?;
+    if n_layer_u64 == 0 || n_layer_u64 > MAX_LAYERS {
+        return Err(ParamError::ModelLimit {
+            key: "block_count",
+            value: n_layer_u64,
+            max: MAX_LAYERS,
+            why: "LLAMA_MAX_LAYERS, asserted with n_layer > 0 when the model loads (llama-model.cpp L1328)",
+        });
+    }
+    let n_layer = n_layer_u64 as u32;
     let gpus = &machine.gpus;
     let max_gpu_layers = n_layer + 1;
     let gpu_layers = if gpus.is_empty() {
@@ -437,9 +684,10 @@ pub fn estimate(
         }
         asked.min(max_gpu_layers)
     };
+    // llama-model.cpp L1557-1574: all-zero proportions mean "by free memory", as no -ts does.
     let splits = if gpus.is_empty() {
         Vec::new()
-    } else if params.tensor_split.is_empty() {
+    } else if params.tensor_split.iter().all(|&w| w == 0.0) {
         split_points(&gpus.iter().map(|g| g.free_bytes as f64).collect::<Vec<_>>())
     } else {
         split_points(&params.tensor_split)
@@ -466,8 +714,12 @@ pub fn estimate(
         })
         .collect();
 
-    // Weights.
-    let repack = params.repack;
+    // Weights. With GPUs the host list starts with the first GPU's pinned host buffer, which takes every
+    // host weight before CPU_REPACK is tried (llama-model.cpp make_cpu_buft_list L1078-1135), or the plain CPU
+    // buffer instead of it under mmap (llama-model-loader.cpp L1269-1277); --no-host skips it (common/arg.cpp:
+    // "bypass host buffer allowing extra buffers to be used").
+    let host_buffer = !gpus.is_empty() && !params.no_host;
+    let repack = params.repack && !host_buffer;
     let mut repacked_types = std::collections::BTreeSet::new();
     for t in &model.tensors {
         let s = slot(t);
@@ -481,26 +733,45 @@ pub fn estimate(
         }
         let m = &mut mem[idx(d)];
         if d.is_none() && repack && repacks(t, &machine.cpu_features) {
-            m.weights_repack_bytes += t.bytes;
+            m.weights_repack_bytes = add("weights", m.weights_repack_bytes, t.bytes)?;
             repacked_types.insert(t.dtype.name());
         } else {
-            m.weights_bytes += t.bytes;
+            m.weights_bytes = add("weights", m.weights_bytes, t.bytes)?;
         }
     }
     if params.mmap {
-        mem[0].mapped_bytes = model.file_bytes();
+        let file_bytes = model
+            .files
+            .iter()
+            .try_fold(0u64, |a, f| add("model file size", a, f.bytes))?;
+        mem[0].mapped_bytes = file_bytes;
         notes.push(format!(
             "with mmap the host maps the whole model file ({:.1} MiB of reclaimable page cache, not in the totals); --no-mmap reads only the host's tensors",
-            model.file_bytes() as f64 / f64::from(1u32 << 20)
+            file_bytes as f64 / f64::from(1u32 << 20)
         ));
     }
-    // Tied output: the output projection reuses token_embd; on a GPU output layer the engine loads a duplicate
-    // there (TENSOR_DUPLICATED, llama-model.cpp).
     if h.tied_embeddings
-        && let Some(od) = dev_of(Slot::Output)
         && let Some(embd) = model.tensor("token_embd.weight")
+        && let Some((d, repacked)) = tied_output_copy(
+            embd,
+            dev_of(Slot::Output),
+            host_buffer,
+            repack,
+            &machine.cpu_features,
+        )
     {
-        mem[od + 1].weights_bytes += embd.bytes;
+        let m = &mut mem[idx(d)];
+        if repacked {
+            m.weights_repack_bytes = add("weights", m.weights_repack_bytes, embd.bytes)?;
+            notes.push(format!(
+                "the tied output layer keeps a repacked {} copy of token_embd.weight ({:.1} MiB) beside the embedding itself",
+                embd.dtype.name(),
+                embd.bytes as f64 / f64::from(1u32 << 20)
+            ));
+            repacked_types.insert(embd.dtype.name());
+        } else {
+            m.weights_bytes = add("weights", m.weights_bytes, embd.bytes)?;
+        }
     }
     if !repacked_types.is_empty() {
         notes.push(format!(
@@ -524,18 +795,38 @@ pub fn estimate(
     let head_dim_default = n_embd / head_count.max().max(1);
     let n_embd_head_k = h.key_length.unwrap_or(head_dim_default);
     let n_embd_head_v = h.value_length.unwrap_or(head_dim_default);
-    let swa_cells = (!h.sliding_window_layers.is_empty()).then(|| {
+    let swa_cells = if h.sliding_window_layers.is_empty() {
+        None
+    } else if params.swa_full {
+        Some(n_ctx_seq)
+    } else {
         // llama-kv-cache-iswa.cpp L73-80.
         let n_swa = h.sliding_window.unwrap_or(0);
-        if params.swa_full {
-            n_ctx_seq
-        } else {
-            let want =
-                n_swa * u64::from(if params.kv_unified { n_seq } else { 1 }) + u64::from(n_ubatch);
-            pad(want.min(u64::from(n_ctx_seq)), KV_PAD) as u32
-        }
-    });
+        let streams = u64::from(if params.kv_unified { n_seq } else { 1 });
+        let want = add(
+            "sliding-window cache",
+            mul("sliding-window cache", n_swa, streams)?,
+            u64::from(n_ubatch),
+        )?;
+        Some(cells_u32(
+            "sliding-window cache",
+            pad(
+                "sliding-window cache",
+                want.min(u64::from(n_ctx_seq)),
+                KV_PAD,
+            )?,
+        )?)
+    };
     let is_mla = h.key_length_mla.is_some() && h.value_length_mla.is_some();
+    // Quantized cache rows must fill whole blocks: per head with flash attention (llama-context.cpp
+    // L3851-3870), per row without (ggml_row_size).
+    if flash_attn {
+        cache_row("K", params.type_k, n_embd_head_k)?;
+        if !is_mla {
+            cache_row("V", params.type_v, n_embd_head_v)?;
+        }
+    }
+    const KV: &str = "KV cache";
     for il in 0..n_layer {
         let l = il as usize;
         if h.recurrent_layers.get(l).copied().unwrap_or(false) {
@@ -549,46 +840,53 @@ pub fn estimate(
             Some(c) if h.sliding_window_layers.get(l).copied().unwrap_or(false) => c,
             _ => n_ctx_seq,
         };
-        let k = row_size(params.type_k, n_embd_head_k * kv_heads);
+        let k = cache_row("K", params.type_k, mul(KV, n_embd_head_k, kv_heads)?)?;
         // llama-kv-cache.cpp L209-234: an MLA cache holds the latent K only; without flash attention V is stored
         // transposed and every layer's V is as wide as the widest (n_embd_v_gqa_max).
         let v = if is_mla {
             0
         } else if flash_attn {
-            row_size(params.type_v, n_embd_head_v * kv_heads)
+            cache_row("V", params.type_v, mul(KV, n_embd_head_v, kv_heads)?)?
         } else {
-            row_size(params.type_v, n_embd_head_v * head_kv.max())
+            cache_row("V", params.type_v, mul(KV, n_embd_head_v, head_kv.max())?)?
         };
-        let bytes = (k + v) * u64::from(cells) * u64::from(n_stream);
+        let bytes = product(KV, &[add(KV, k, v)?, u64::from(cells), u64::from(n_stream)])?;
         let d = if params.no_kv_offload {
             None
         } else {
             dev_of(Slot::Block(il))
         };
-        mem[idx(d)].kv_cache_bytes += bytes;
+        let m = &mut mem[idx(d)];
+        m.kv_cache_bytes = add(KV, m.kv_cache_bytes, bytes)?;
     }
     if let Some(ssm) = &h.ssm {
         // llama-memory-recurrent: per recurrent layer, conv state n_embd_r and SSM state n_embd_s in f32, one
         // cell per sequence (llama-hparams.cpp n_embd_r / n_embd_s).
+        const RS: &str = "recurrent state";
         let d_conv = ssm.conv_kernel.unwrap_or(0);
         let d_inner = ssm.inner_size.unwrap_or(0);
         let d_state = ssm.state_size.unwrap_or(0);
         let n_group = ssm.group_count.unwrap_or(0);
-        let r = d_conv.saturating_sub(1) * (d_inner + 2 * n_group * d_state);
-        let s = d_state * d_inner;
+        let r = mul(
+            RS,
+            d_conv.saturating_sub(1),
+            add(RS, d_inner, product(RS, &[2, n_group, d_state])?)?,
+        )?;
+        let s = mul(RS, d_state, d_inner)?;
+        let bytes = product(RS, &[add(RS, r, s)?, F32, u64::from(n_seq)])?;
         for il in 0..n_layer {
             if h.recurrent_layers
                 .get(il as usize)
                 .copied()
                 .unwrap_or(false)
             {
-                let bytes = (r + s) * 4 * u64::from(n_seq);
                 let d = if params.no_kv_offload {
                     None
                 } else {
                     dev_of(Slot::Block(il))
                 };
-                mem[idx(d)].kv_cache_bytes += bytes;
+                let m = &mut mem[idx(d)];
+                m.kv_cache_bytes = add(RS, m.kv_cache_bytes, bytes)?;
             }
         }
     }
@@ -598,7 +896,7 @@ pub fn estimate(
     let n_vocab = h
         .vocab_size
         .ok_or(ParamError::MissingHparam("vocab_size"))?;
-    mem[0].output_bytes = n_vocab * u64::from(n_seq) * 4;
+    mem[0].output_bytes = product("output buffer", &[n_vocab, u64::from(n_seq), F32])?;
 
     // Compute buffers.
     let resolved = Resolved {
@@ -621,14 +919,14 @@ pub fn estimate(
     let phases = compute_bytes(
         model,
         &resolved,
-        n_embd,
-        n_vocab,
-        &head_kv,
-        head_count,
-        n_embd_head_k,
-        n_embd_head_v,
+        &Dims {
+            n_embd,
+            n_vocab,
+            n_head: head_count.max(),
+            n_embd_k_gqa: mul("compute buffer", n_embd_head_k, head_kv.max())?,
+        },
         params,
-    );
+    )?;
     let mut holds_blocks = vec![false; n_dev];
     for il in 0..n_layer {
         holds_blocks[idx(dev_of(Slot::Block(il)))] = true;
@@ -660,14 +958,16 @@ pub fn estimate(
             .max()
             .unwrap_or(0);
         if t >= OP_OFFLOAD_MIN_BATCH && largest_host_matmul > 0 && gpu_layers > 0 {
-            mem[1].compute_bytes += largest_host_matmul;
+            mem[1].compute_bytes =
+                add("compute buffer", mem[1].compute_bytes, largest_host_matmul)?;
         }
         if resolved.pipeline_parallel {
             // Each GPU's split receives the residual stream, mask and positions; the extra copies stay
             // allocated so micro-batches can overlap across GPUs.
+            let copies = mul("compute buffer", PIPELINE_COPIES - 1, phases.host_inputs)?;
             for (d, m) in mem.iter_mut().enumerate().skip(1) {
                 if holds_blocks[d] {
-                    m.compute_bytes += (PIPELINE_COPIES - 1) * phases.host_inputs;
+                    m.compute_bytes = add("compute buffer", m.compute_bytes, copies)?;
                 }
             }
             notes.push(format!(
@@ -684,8 +984,13 @@ pub fn estimate(
     for (i, g) in gpus.iter().enumerate() {
         mem[i + 1].overhead_bytes = g.overhead_bytes;
     }
-    let devices: Vec<DeviceMemory> = mem.into_iter().map(DeviceMemory::finish).collect();
-    let total_bytes = devices.iter().map(|d| d.total_bytes).sum();
+    let devices = mem
+        .into_iter()
+        .map(DeviceMemory::finish)
+        .collect::<Result<Vec<_>, _>>()?;
+    let total_bytes = devices
+        .iter()
+        .try_fold(0u64, |a, d| add("total", a, d.total_bytes))?;
     Ok(Estimate {
         runtime: "llama.cpp",
         engine: ENGINE,
@@ -718,30 +1023,36 @@ const INPUT_ROWS_I32: u64 = 5;
 /// their norm.
 const OUTPUT_LIVE_ROWS: u64 = 2;
 
+/// The model's widths the compute buffer depends on.
+struct Dims {
+    n_embd: u64,
+    n_vocab: u64,
+    /// The most query heads of any layer.
+    n_head: u64,
+    /// K width of the widest layer: head size × KV heads.
+    n_embd_k_gqa: u64,
+}
+
 /// Peak of the compute graph for one micro-batch, the largest of its phases (see the module doc). Output: logits
 /// for every token of the worst-case micro-batch (llama.cpp reserves with `n_outputs = n_tokens`). Blocks: the
 /// attention (without flash attention the f32 scores of every head) or the feed-forward, whichever is larger,
 /// plus the attention mask, an input that stays allocated through every block.
-#[allow(clippy::too_many_arguments)]
 fn compute_bytes(
     model: &ModelSpec,
     r: &Resolved,
-    n_embd: u64,
-    n_vocab: u64,
-    head_kv: &PerLayer,
-    head_count: &PerLayer,
-    n_embd_head_k: u64,
-    n_embd_head_v: u64,
+    dims: &Dims,
     params: &Params,
-) -> Phases {
-    let _ = n_embd_head_v;
+) -> Result<Phases, ParamError> {
+    const W: &str = "compute buffer";
     let h = &model.hparams;
     // sched_reserve: n_tokens = min(n_ctx, n_ubatch) (llama-context.cpp L629).
     let t = u64::from(r.n_ubatch.min(r.n_ctx));
-    let n_head = head_count.max();
-    let n_embd_k_gqa = n_embd_head_k * head_kv.max();
-    let row = n_embd * t * F32;
-    let output = n_vocab * t * F32 + OUTPUT_LIVE_ROWS * row;
+    let row = product(W, &[dims.n_embd, t, F32])?;
+    let output = add(
+        W,
+        product(W, &[dims.n_vocab, t, F32])?,
+        mul(W, OUTPUT_LIVE_ROWS, row)?,
+    )?;
     // The scores span the cells of one stream; the micro-batch's tokens are spread over the streams.
     let full_kv = u64::from(r.n_ctx_seq);
     let any_full = h.sliding_window_layers.is_empty() || h.sliding_window_layers.iter().any(|s| !s);
@@ -750,8 +1061,8 @@ fn compute_bytes(
     } else {
         r.swa_cells.map_or(full_kv, u64::from)
     };
-    let inputs = INPUT_ROWS_I32 * t * 4;
-    let mask = n_kv * t * if r.flash_attn { F16 } else { F32 };
+    let inputs = product(W, &[INPUT_ROWS_I32, t, 4])?;
+    let mask = product(W, &[n_kv, t, if r.flash_attn { F16 } else { F32 }])?;
     // A quantized K cache takes the micro-batch's K straight into the quantizing copy: one f32 K row fewer
     // (measured: -8 MiB at 512 tokens, -32 MiB at 2048 for Llama-2-7B, fa off).
     let kv_rows = if params.type_k.is_quantized() {
@@ -759,30 +1070,41 @@ fn compute_bytes(
     } else {
         ATTN_KV_ROWS
     };
-    let attn_rows = ATTN_EMBD_ROWS * row + kv_rows * n_embd_k_gqa * t * F32;
+    let attn_rows = add(
+        W,
+        mul(W, ATTN_EMBD_ROWS, row)?,
+        product(W, &[kv_rows, dims.n_embd_k_gqa, t, F32])?,
+    )?;
     let attention = if r.flash_attn {
         attn_rows
     } else {
-        n_kv * t * n_head * F32 + attn_rows
+        add(W, product(W, &[n_kv, t, dims.n_head, F32])?, attn_rows)?
     };
     let wide = match (h.expert_count, h.expert_used_count) {
-        (Some(n), Some(k)) if n > 0 => {
+        (Some(n), Some(k)) if n > 0 => mul(
+            W,
             h.expert_feed_forward_length
                 .or(h.feed_forward_length.as_ref().map(PerLayer::max))
-                .unwrap_or(0)
-                * k
-        }
+                .unwrap_or(0),
+            k,
+        )?,
         _ => h.feed_forward_length.as_ref().map_or(0, PerLayer::max),
     };
-    let ffn = FFN_WIDE_ACTIVATIONS * wide * t * F32
-        + FFN_EMBD_ROWS * row
-        + if r.flash_attn { 0 } else { row };
-    Phases {
+    let ffn = [
+        mul(W, FFN_EMBD_ROWS, row)?,
+        if r.flash_attn { 0 } else { row },
+    ]
+    .into_iter()
+    .try_fold(
+        product(W, &[FFN_WIDE_ACTIVATIONS, wide, t, F32])?,
+        |a, b| add(W, a, b),
+    )?;
+    Ok(Phases {
         output,
-        layers: attention.max(ffn) + mask + inputs,
+        layers: add(W, add(W, attention.max(ffn), mask)?, inputs)?,
         // With the layers elsewhere the host keeps the embedding rows it looked up, the mask and the inputs.
-        host_inputs: row + mask + inputs,
-    }
+        host_inputs: add(W, add(W, row, mask)?, inputs)?,
+    })
 }
 
 /// Peak compute bytes of the graph's phases.

@@ -179,4 +179,12 @@ pub enum Defect {
     ReadFailed(String),
     #[error("not a model: {0}")]
     UnknownFormat(String),
+    #[error("hyper-parameter {key} is {value}, outside [{min}, {max}]: {why}")]
+    HparamOutOfRange {
+        key: String,
+        value: u64,
+        min: u64,
+        max: u64,
+        why: &'static str,
+    },
 }

@@ -1193,6 +1193,12 @@ fn build_spec(paths: &[PathBuf], headers: Vec<Header>) -> Result<ModelSpec, Mode
             },
         });
     }
+    super::check_hparams(Format::Gguf, &architecture, &hparams, &metadata).map_err(|defect| {
+        ModelError::InvalidModel {
+            path: paths[0].clone(),
+            defect,
+        }
+    })?;
     let file_type = metadata
         .get("general.file_type")
         .and_then(MetaValue::as_u64)

@@ -24,7 +24,10 @@ use serde::Serialize;
 
 pub use error::{Defect, ModelError};
 pub use ggml_type::{GgmlType, TypeReading};
-pub use spec::{assemble, classify_tensor, fingerprint};
+pub use spec::{
+    MAX_CONTEXT_LENGTH, MAX_EXPERTS, MAX_HPARAM_U32, MAX_VOCAB_SIZE, assemble, check_hparams,
+    classify_tensor, fingerprint,
+};
 
 /// Transformer blocks a model may declare. The deepest published models have 126 (Llama-3.1-405B); 4,096
 /// bounds every per-layer table the readers build from a declared count (a hostile `block_count` of 2^64

@@ -1441,6 +1441,8 @@ fn build(layout: Layout) -> Result<ModelSpec, ModelError> {
         ),
         None => ("unknown".into(), None, Default::default()),
     };
+    super::check_hparams(Format::Safetensors, &architecture, &hparams, &metadata)
+        .map_err(|d| invalid_model(&dir.join(CONFIG_FILE), d))?;
     Ok(super::assemble(
         Format::Safetensors,
         None,

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::{
-    Format, Hparams, LayerSummary, MetaValue, ModelFile, ModelSpec, QuantShare, Role, TensorInfo,
+    Format, Hparams, LayerSummary, MetaValue, ModelFile, ModelSpec, PerLayer, QuantShare, Role,
+    TensorInfo,
 };
 
 /// Role and block index of a tensor from its name. Understands llama.cpp's GGUF names (`blk.N.attn_q.weight`)
@@ -232,6 +233,164 @@ pub fn assemble(
         metadata,
         fingerprint,
     }
+}
+
+/// The most a hyper-parameter held in one of llama.cpp's `uint32_t` fields can be: the engine reads
+/// `context_length`, `embedding_length`, the head counts and sizes, `feed_forward_length`, the expert sizes,
+/// `attention.sliding_window`, the MLA ranks and the SSM dimensions into `uint32_t` members of `llama_hparams`
+/// (src/llama-hparams.h L43-199) and refuses a key of any other GGUF type (src/llama-model-loader.cpp
+/// `GKV::get_kv`), so a larger value describes no model the engine loads. vLLM and PyTorch read the same
+/// config.json fields as Python ints, but no published model comes within 2^20 of this bound.
+pub const MAX_HPARAM_U32: u64 = u32::MAX as u64;
+
+/// The largest trained context: llama.cpp pads the context to 256 cells in `uint32_t` arithmetic
+/// (`GGML_PAD(cparams.n_ctx, 256)`, src/llama-context.cpp L290; `-c 0` takes `n_ctx_train`), so a context above
+/// the last multiple of 256 below 2^32 wraps to 0 and the engine fails with `n_ctx_seq == 0`.
+pub const MAX_CONTEXT_LENGTH: u64 = (u32::MAX as u64) & !255;
+
+/// The largest vocabulary: token ids are `llama_token`, an `int32_t` (include/llama.h), so ids stop at
+/// 2^31 - 1.
+pub const MAX_VOCAB_SIZE: u64 = i32::MAX as u64;
+
+/// Routed experts per layer: `LLAMA_MAX_EXPERTS` (src/llama-hparams.h L12), asserted when the engine loads the
+/// hyper-parameters (src/llama-model.cpp L1361).
+pub const MAX_EXPERTS: u64 = 1024;
+
+/// One hyper-parameter's allowed range and why.
+struct Bound {
+    /// The name after `{arch}.` in GGUF (the field of [`Hparams`] says which).
+    key: &'static str,
+    min: u64,
+    max: u64,
+    why: &'static str,
+}
+
+const U32_WHY: &str = "llama.cpp holds it in a uint32_t (llama-hparams.h)";
+
+/// Checks every hyper-parameter that enters a size computation against its bound (see the constants above), so
+/// the memory models multiply only values a runtime could hold. A violation is a defect of the model file,
+/// naming the key as the file spells it (`{arch}.context_length` in GGUF; the normalized name for config.json).
+pub fn check_hparams(
+    format: Format,
+    architecture: &str,
+    hparams: &Hparams,
+    metadata: &BTreeMap<String, MetaValue>,
+) -> Result<(), super::Defect> {
+    let key_name = |k: &str| match format {
+        Format::Gguf => format!("{architecture}.{k}"),
+        Format::Safetensors => format!("{k} (from config.json)"),
+    };
+    let check = |b: &Bound, v: u64, key: String| -> Result<(), super::Defect> {
+        if v < b.min || v > b.max {
+            return Err(super::Defect::HparamOutOfRange {
+                key,
+                value: v,
+                min: b.min,
+                max: b.max,
+                why: b.why,
+            });
+        }
+        Ok(())
+    };
+    let u32_bound = |key: &'static str| Bound {
+        key,
+        min: 0,
+        max: MAX_HPARAM_U32,
+        why: U32_WHY,
+    };
+    let context = Bound {
+        key: "context_length",
+        min: 1,
+        max: MAX_CONTEXT_LENGTH,
+        why: "a trained context of 0 cells holds no token, and llama.cpp pads the context to 256 cells in a uint32_t (llama-context.cpp L290)",
+    };
+    let vocab = Bound {
+        key: "vocab_size",
+        min: 1,
+        max: MAX_VOCAB_SIZE,
+        why: "token ids are int32_t (llama.h llama_token), and a model needs at least one token",
+    };
+    let experts = Bound {
+        key: "expert_count",
+        min: 0,
+        max: MAX_EXPERTS,
+        why: "llama.cpp's LLAMA_MAX_EXPERTS (llama-hparams.h L12)",
+    };
+    let h = hparams;
+    let mut scalars: Vec<(Bound, Option<u64>)> = vec![
+        (context, h.context_length),
+        (u32_bound("embedding_length"), h.embedding_length),
+        (experts, h.expert_count),
+        (u32_bound("expert_used_count"), h.expert_used_count),
+        (u32_bound("expert_shared_count"), h.expert_shared_count),
+        (
+            u32_bound("expert_feed_forward_length"),
+            h.expert_feed_forward_length,
+        ),
+        (u32_bound("attention.key_length"), h.key_length),
+        (u32_bound("attention.value_length"), h.value_length),
+        (u32_bound("attention.sliding_window"), h.sliding_window),
+        (u32_bound("attention.kv_lora_rank"), h.kv_lora_rank),
+        (u32_bound("attention.q_lora_rank"), h.q_lora_rank),
+        (u32_bound("attention.key_length_mla"), h.key_length_mla),
+        (u32_bound("attention.value_length_mla"), h.value_length_mla),
+    ];
+    if let Some(r) = &h.rope {
+        scalars.push((u32_bound("rope.dimension_count"), r.dimension_count));
+        scalars.push((
+            u32_bound("rope.scaling.original_context_length"),
+            r.original_context_length,
+        ));
+    }
+    if let Some(s) = &h.ssm {
+        scalars.push((u32_bound("ssm.conv_kernel"), s.conv_kernel));
+        scalars.push((u32_bound("ssm.inner_size"), s.inner_size));
+        scalars.push((u32_bound("ssm.state_size"), s.state_size));
+        scalars.push((u32_bound("ssm.time_step_rank"), s.time_step_rank));
+        scalars.push((u32_bound("ssm.group_count"), s.group_count));
+    }
+    for (b, v) in &scalars {
+        if let Some(v) = *v {
+            check(b, v, key_name(b.key))?;
+        }
+    }
+    // The vocabulary size may come from the key, the token list or the embedding's rows (GGUF reader).
+    if let Some(v) = h.vocab_size {
+        let key = match format {
+            Format::Gguf if metadata.contains_key(&format!("{architecture}.vocab_size")) => {
+                key_name("vocab_size")
+            }
+            Format::Gguf if metadata.contains_key("tokenizer.ggml.tokens") => {
+                "tokenizer.ggml.tokens (its length)".to_string()
+            }
+            Format::Gguf => "token_embd.weight (its rows)".to_string(),
+            Format::Safetensors => key_name("vocab_size"),
+        };
+        check(&vocab, v, key)?;
+    }
+    let per_layer: [(&'static str, &Option<PerLayer>); 3] = [
+        ("feed_forward_length", &h.feed_forward_length),
+        ("attention.head_count", &h.head_count),
+        ("attention.head_count_kv", &h.head_count_kv),
+    ];
+    for (k, v) in per_layer {
+        if let Some(v) = v {
+            check(&u32_bound(k), v.max(), key_name(k))?;
+        }
+    }
+    // llama.cpp asserts that no layer routes to more experts than exist (llama-model.cpp L1362).
+    if let (Some(used), Some(n)) = (h.expert_used_count, h.expert_count)
+        && used > n
+    {
+        return Err(super::Defect::HparamOutOfRange {
+            key: key_name("expert_used_count"),
+            value: used,
+            min: 0,
+            max: n,
+            why: "a token cannot be routed to more experts than the layer has (llama-model.cpp L1362)",
+        });
+    }
+    Ok(())
 }
 
 /// Metadata keys that describe the file layout, not the model, and so stay out of the fingerprint.
