@@ -3,7 +3,7 @@
 //! to `-o FILE`. Exit code 3 when nothing fits; the document then explains the nearest candidate.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
@@ -152,29 +152,6 @@ fn with_profiled_gpus(
     Ok(inv)
 }
 
-/// Writes `text` to `path` atomically: a temporary file in the same directory, then a rename.
-pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 fn explain(d: &Deployment) -> String {
     use std::fmt::Write;
     let mut o = String::new();
@@ -302,12 +279,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     }
     let text = render(&doc, s.format)?;
     match &s.output {
-        Some(p) => write_atomic(p, &text).map_err(|e| {
-            Failure::new(
-                exit::RUNTIME,
-                anyhow::Error::new(e).context(format!("writing {}", p.display())),
-            )
-        })?,
+        Some(p) => super::output::write_file(p, &text)?,
         None => write_stdout(&text)?,
     }
     if doc.status == Status::NoFit {
