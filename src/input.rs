@@ -196,6 +196,28 @@ mod tests {
         }
     }
 
+    /// A FIFO without a writer: opened and refused at once. The open runs on a thread with a deadline, so a
+    /// regression fails this test instead of hanging the suite.
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("model.gguf");
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_bounded(&p, 1 << 20, "a test file").map_err(|e| e.to_string()));
+        });
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("opening a FIFO blocked");
+        let e = result.unwrap_err();
+        assert!(e.contains("a FIFO (named pipe), not a regular file"), "{e}");
+    }
+
     #[test]
     fn missing_files_stay_not_found() {
         let e = open_regular(Path::new("/nonexistent/x")).unwrap_err();

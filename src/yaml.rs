@@ -26,7 +26,9 @@ const SIMPLE_KEY_MAX_CHARS: u64 = 1024;
 
 /// Refuses text nested deeper than [`MAX_DEPTH`], in one pass that tokenizes as libyaml does.
 pub fn check_depth(text: &str) -> Result<(), String> {
-    Scanner::new(text.as_bytes()).run()
+    Scanner::new(text.as_bytes(), MAX_DEPTH, false)
+        .run()
+        .map(|_| ())
 }
 
 /// A possible simple key: where a token that may turn out to be a mapping key began.
@@ -52,10 +54,14 @@ struct Scanner<'a> {
     simple_key_allowed: bool,
     /// One per flow level, plus the block level's.
     simple_keys: Vec<SimpleKey>,
+    /// Deepest nesting accepted ([`MAX_DEPTH`] for input).
+    max_depth: usize,
+    /// Byte ranges of the plain scalars, when collected (for [`to_string`]).
+    plain: Option<Vec<(usize, usize)>>,
 }
 
 impl<'a> Scanner<'a> {
-    fn new(b: &'a [u8]) -> Self {
+    fn new(b: &'a [u8], max_depth: usize, collect_plain: bool) -> Self {
         Scanner {
             b,
             pos: 0,
@@ -67,6 +73,8 @@ impl<'a> Scanner<'a> {
             indents: Vec::new(),
             simple_key_allowed: true,
             simple_keys: vec![SimpleKey::default()],
+            max_depth,
+            plain: collect_plain.then(Vec::new),
         }
     }
 
@@ -151,10 +159,11 @@ impl<'a> Scanner<'a> {
     }
 
     fn too_deep(&self) -> Result<(), String> {
-        if self.flow_level + self.indents.len() > MAX_DEPTH {
+        if self.flow_level + self.indents.len() > self.max_depth {
             return Err(format!(
-                "line {}: nested deeper than {MAX_DEPTH} levels",
-                self.line + 1
+                "line {}: nested deeper than {} levels",
+                self.line + 1,
+                self.max_depth
             ));
         }
         Ok(())
@@ -213,13 +222,14 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn run(mut self) -> Result<(), String> {
+    /// Scans to the end; returns the plain scalars' byte ranges when they were collected.
+    fn run(mut self) -> Result<Vec<(usize, usize)>, String> {
         loop {
             self.scan_to_next_token();
             self.stale_simple_keys();
             self.unroll_indent(self.column);
             let Some(c) = self.at(0) else {
-                return Ok(());
+                return Ok(self.plain.unwrap_or_default());
             };
             let flow = self.flow_level > 0;
             match c {
@@ -410,6 +420,8 @@ impl<'a> Scanner<'a> {
         let indent = self.indent + 1;
         let flow = self.flow_level > 0;
         let mut leading_blanks = false;
+        let start = self.pos;
+        let mut end = self.pos;
         loop {
             if self.doc_indicator() || self.is(0, b'#') {
                 break;
@@ -422,6 +434,7 @@ impl<'a> Scanner<'a> {
                 // (libyaml stops with an error at `:` followed by `,?[]{}` in a flow collection; the scan
                 // goes on, which can only count more.)
                 self.skip();
+                end = self.pos;
                 leading_blanks = false;
             }
             if !(self.is_blank(0) || self.is_break(0)) {
@@ -441,6 +454,9 @@ impl<'a> Scanner<'a> {
         }
         if leading_blanks {
             self.simple_key_allowed = true;
+        }
+        if let Some(p) = &mut self.plain {
+            p.push((start, end));
         }
     }
 
@@ -513,92 +529,73 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// YAML that YAML 1.1 readers read back unchanged: every string a YAML 1.1 reader would retype
-/// ([`yaml11_retypes`]) is single-quoted; everything else is serde_yaml_ng's output as it was.
+/// YAML that YAML 1.1 readers read back unchanged: serde_yaml_ng's output, with every plain scalar that it
+/// wrote for a string and that a YAML 1.1 reader would retype ([`yaml11_retypes`]) single-quoted, and every
+/// float written in a form YAML 1.1 does not know (`1e-5`, `1.5e7`: PyYAML wants a point and a signed
+/// exponent) rewritten as `1.0e-5`, `1.5e+7`.
 ///
-/// serde_yaml_ng has no per-scalar style, so such strings are swapped for unique plain placeholders before
-/// emitting and the placeholders for the quoted strings after.
+/// serde_yaml_ng has no per-scalar style, so the text it emits is scanned with the same libyaml-faithful
+/// scanner as input ([`check_depth`]) for its plain scalars; serde_yaml_ng itself says which of them are
+/// typed values (it quotes every string a YAML 1.2 reader would retype, so a plain scalar it reads as a
+/// number, boolean or null is one).
 pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_yaml_ng::Error> {
-    use serde_yaml_ng::Value;
-    let mut v = serde_yaml_ng::to_value(value)?;
-    // A marker no string of the document contains: a fixed prefix and a counter until one is free.
-    let mut nonce = String::new();
-    for n in 0u32.. {
-        nonce = format!("yamlquote{n}x");
-        if !contains_str(&v, &nonce) {
-            break;
-        }
-    }
-    let mut quoted: Vec<String> = Vec::new();
-    fn mark(v: &mut Value, nonce: &str, quoted: &mut Vec<String>) {
-        let placeholder = |s: &str, quoted: &mut Vec<String>| {
-            quoted.push(s.to_owned());
-            Value::String(format!("{nonce}{:08}", quoted.len() - 1))
-        };
-        match v {
-            Value::String(s) if yaml11_retypes(s) => *v = placeholder(s, quoted),
-            Value::Sequence(items) => items.iter_mut().for_each(|i| mark(i, nonce, quoted)),
-            Value::Mapping(m) => {
-                let old = std::mem::take(m);
-                for (mut k, mut val) in old {
-                    if let Value::String(s) = &k
-                        && yaml11_retypes(s)
-                    {
-                        k = placeholder(s, quoted);
-                    } else {
-                        mark(&mut k, nonce, quoted);
-                    }
-                    mark(&mut val, nonce, quoted);
-                    m.insert(k, val);
-                }
-            }
-            Value::Tagged(t) => mark(&mut t.value, nonce, quoted),
-            _ => {}
-        }
-    }
-    mark(&mut v, &nonce, &mut quoted);
-    let text = serde_yaml_ng::to_string(&v)?;
-    if quoted.is_empty() {
+    let text = serde_yaml_ng::to_string(value)?;
+    // Our own output has no depth bound to enforce; the scan cannot fail.
+    let Ok(spans) = Scanner::new(text.as_bytes(), usize::MAX, true).run() else {
         return Ok(text);
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut last = 0;
+    for (start, end) in spans {
+        let scalar = &text[start..end];
+        let Some(fixed) = fix_plain(scalar) else {
+            continue;
+        };
+        out.push_str(&text[last..start]);
+        out.push_str(&fixed);
+        last = end;
     }
-    let mut out = String::with_capacity(text.len() + 2 * quoted.len());
-    let mut rest = text.as_str();
-    while let Some(i) = rest.find(nonce.as_str()) {
-        out.push_str(&rest[..i]);
-        let digits = &rest[i + nonce.len()..];
-        let n: usize = digits
-            .get(..8)
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(usize::MAX);
-        match quoted.get(n) {
-            Some(s) => {
-                out.push('\'');
-                out.push_str(&s.replace('\'', "''"));
-                out.push('\'');
-                rest = &digits[8..];
-            }
-            // Not one of ours (cannot happen: the nonce occurs in no string of the document).
-            None => {
-                out.push_str(&nonce);
-                rest = digits;
-            }
-        }
-    }
-    out.push_str(rest);
+    out.push_str(&text[last..]);
     Ok(out)
 }
 
-fn contains_str(v: &serde_yaml_ng::Value, needle: &str) -> bool {
-    use serde_yaml_ng::Value;
-    match v {
-        Value::String(s) => s.contains(needle),
-        Value::Sequence(items) => items.iter().any(|i| contains_str(i, needle)),
-        Value::Mapping(m) => m
-            .iter()
-            .any(|(k, v)| contains_str(k, needle) || contains_str(v, needle)),
-        Value::Tagged(t) => t.tag.to_string().contains(needle) || contains_str(&t.value, needle),
-        _ => false,
+/// The replacement for one plain scalar of serde_yaml_ng's output, if it needs one.
+fn fix_plain(scalar: &str) -> Option<String> {
+    if scalar.contains(['\n', '\r']) {
+        return None; // Folded over lines: holds spaces, which no YAML 1.1 type but timestamps does.
     }
+    let exponent_float = scalar
+        .starts_with(|c: char| c.is_ascii_digit() || matches!(c, '-' | '+' | '.'))
+        && scalar.contains(['e', 'E']);
+    if !exponent_float && !yaml11_retypes(scalar) {
+        return None;
+    }
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(scalar) {
+        Ok(serde_yaml_ng::Value::String(_)) if yaml11_retypes(scalar) => {
+            Some(format!("'{}'", scalar.replace('\'', "''")))
+        }
+        Ok(serde_yaml_ng::Value::Number(n)) if n.is_f64() => yaml11_float(scalar),
+        _ => None,
+    }
+}
+
+/// `1e-5` → `1.0e-5`, `1.5e7` → `1.5e+7`: the float forms YAML 1.1 (and PyYAML) read as floats; `None` when
+/// the text already is one.
+fn yaml11_float(s: &str) -> Option<String> {
+    let i = s.find(['e', 'E'])?;
+    let (mantissa, exponent) = (&s[..i], &s[i + 1..]);
+    let mantissa = if mantissa.contains('.') {
+        mantissa.to_owned()
+    } else {
+        format!("{mantissa}.0")
+    };
+    let exponent = if exponent.starts_with(['+', '-']) {
+        exponent.to_owned()
+    } else {
+        format!("+{exponent}")
+    };
+    let fixed = format!("{mantissa}e{exponent}");
+    (fixed != s).then_some(fixed)
 }
 
 /// Whether a YAML 1.1 reader would read this string, written plain, as something other than that string:
@@ -833,5 +830,219 @@ mod tests {
         let dashes = format!("{}x\n", "- ".repeat(70));
         assert!(check_depth(&dashes).is_err());
         assert!(from_str::<serde_json::Value>(&flow).is_err());
+    }
+
+    /// Levels hidden in the adversarial documents: far past [`MAX_DEPTH`], few enough that a scan stays
+    /// instant in a debug build (the scan stops at level 65 anyway; nothing here reaches libyaml).
+    const HIDDEN: usize = 10_000;
+
+    fn hidden(prefix: &str) -> String {
+        format!("{prefix}{}{}", "[".repeat(HIDDEN), "]".repeat(HIDDEN))
+    }
+
+    #[test]
+    fn a_hash_inside_a_plain_scalar_does_not_start_a_comment() {
+        // libyaml: `a#b` is one plain scalar (a comment needs a blank before `#`).
+        assert!(check_depth(&hidden("[a#b, ")).is_err());
+        assert!(check_depth(&hidden("k: a#b\nj: ")).is_err());
+        // A real comment still hides what follows it on its line.
+        assert!(check_depth(&format!("[a, #{}\n]", "[".repeat(HIDDEN))).is_ok());
+        assert!(check_depth(&format!("[#{}\n]", "[".repeat(HIDDEN))).is_ok());
+    }
+
+    #[test]
+    fn a_quote_inside_a_plain_scalar_does_not_start_a_string() {
+        assert!(check_depth(&hidden("[a'b, ")).is_err());
+        assert!(check_depth(&hidden("[a\"b, ")).is_err());
+        assert!(check_depth(&hidden("k: it's\nj: ")).is_err());
+        // Continued on the next line of a block plain scalar, still not a string.
+        assert!(check_depth(&hidden("k: a\n 'b\nj: ")).is_err());
+    }
+
+    #[test]
+    fn escaped_quotes_do_not_end_a_string_early_or_late() {
+        assert!(check_depth(&hidden("[\"\\\"\", ")).is_err());
+        assert!(check_depth(&hidden("['it''s', ")).is_err());
+        assert!(check_depth(&hidden("[\"a\\\\\", ")).is_err());
+        // Inside a string, brackets are text.
+        assert!(check_depth(&format!("k: '{}'", "[".repeat(HIDDEN))).is_ok());
+        assert!(check_depth(&format!("k: \"\\\"{}\"", "[".repeat(HIDDEN))).is_ok());
+    }
+
+    #[test]
+    fn closers_inside_strings_and_comments_do_not_cancel_openers() {
+        let quoted = format!("{}x", "[ ']', ".repeat(100));
+        assert!(check_depth(&quoted).is_err());
+        let commented = format!("{}x", "[ # ]\n".repeat(100));
+        assert!(check_depth(&commented).is_err());
+    }
+
+    #[test]
+    fn block_scalars_end_where_libyaml_ends_them() {
+        // The quote is content of the block scalar; the next key is structure.
+        assert!(check_depth(&hidden("a: |\n  it's\nb: ")).is_err());
+        // A block scalar's content needs more indentation than its parent mapping (at column 2 here).
+        assert!(check_depth(&hidden("- a: |\n  b: ")).is_err());
+        // Content lines, however odd, hide nothing.
+        assert!(check_depth(&format!("a: |\n  {}\nb: 1\n", "[".repeat(HIDDEN))).is_ok());
+        assert!(check_depth(&format!("a: >-\n\n   x\n   {}\n", "[".repeat(HIDDEN))).is_ok());
+    }
+
+    #[test]
+    fn tags_anchors_and_document_markers_hide_nothing() {
+        assert!(check_depth(&hidden("--- !t'x ")).is_err());
+        assert!(check_depth(&hidden("- &a x'y\n- ")).is_err());
+        assert!(check_depth(&hidden("%YAML 1.1\n--- ")).is_err());
+        assert!(check_depth(&hidden("k: \"x\n--- ")).is_err());
+    }
+
+    #[test]
+    fn line_breaks_of_every_kind_count() {
+        for br in ["\r", "\r\n", "\u{85}", "\u{2028}"] {
+            assert!(check_depth(&hidden(&format!("# c{br}"))).is_err(), "{br:?}");
+        }
+    }
+
+    /// Random documents mixing hiding tricks around 130 real levels (past serde_yaml_ng's recursion limit of
+    /// 128): whenever the check passes a document, libyaml must not find it nested past the limit. The oracle is
+    /// libyaml itself, so the scanner cannot agree with itself by construction.
+    #[test]
+    fn the_check_never_passes_what_libyaml_finds_deep() {
+        const PIECES: &[&str] = &[
+            "[", "]", "{", "}", ", ", " ", "\n", "  ", "a", "b: ", "- ", "? ", ": ", "'", "\"",
+            "\\", "#", " #", "|", ">", "|-\n", "&x ", "*x", "!t ", "'x'", "\"y\"", "''", "--- ",
+            "\t", "a#b", "it's", "\"\\\"\"", "a:b", "%Y\n",
+        ];
+        let deep = |n: usize, open: &str, close: &str| (open.repeat(n), close.repeat(n));
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut deep_found = 0;
+        for _ in 0..3_000 {
+            let mut doc = String::new();
+            for _ in 0..(next() % 6) {
+                doc.push_str(PIECES[(next() % PIECES.len() as u64) as usize]);
+            }
+            let (open, close) = if next() % 2 == 0 {
+                deep(130, "[", "]")
+            } else {
+                deep(130, "- ", "")
+            };
+            doc.push_str(&open);
+            doc.push('x');
+            doc.push_str(&close);
+            for _ in 0..(next() % 4) {
+                doc.push_str(PIECES[(next() % PIECES.len() as u64) as usize]);
+            }
+            let libyaml = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&doc);
+            let too_deep = libyaml
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("recursion limit"));
+            if too_deep {
+                deep_found += 1;
+                assert!(check_depth(&doc).is_err(), "passed, libyaml nests: {doc:?}");
+            }
+        }
+        assert!(
+            deep_found > 300,
+            "only {deep_found} documents reached the limit"
+        );
+    }
+
+    #[test]
+    fn real_documents_pass() {
+        for text in [
+            "a: b\nc:\n  - d\n  - {e: [f, g]}\n# [[[\nh: 'it''s [' # ]\ni: |\n  [[[\n  ]]\n",
+            "- - - x\n- ? k\n  : v\n",
+            "a: \"x\\\" [ \"\nb: [1, 2]\n",
+        ] {
+            assert!(check_depth(text).is_ok(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn output_quotes_what_yaml_1_1_retypes_and_keeps_the_rest() {
+        let v = serde_json::json!({"argv": ["-fa", "on", "-c", "8192"], "on": "yes", "n": 1e-5, "x": 1.5e20,
+            "t": true, "z": null, "s": "0777", "d": "2001-12-14", "k": "llama-server"});
+        let y = to_string(&v).unwrap();
+        for want in [
+            "- -fa\n",
+            "- 'on'\n",
+            "- '8192'\n",
+            "'on': 'yes'\n",
+            "'n': 0.00001\n",
+            "x: 1.5e+20\n",
+            "t: true\n",
+            "z: null\n",
+            "s: '0777'\n",
+            "d: '2001-12-14'\n",
+            "k: llama-server\n",
+        ] {
+            assert!(y.contains(want), "{want:?} in\n{y}");
+        }
+        let back: serde_json::Value = serde_yaml_ng::from_str(&y).unwrap();
+        assert_eq!(back, v);
+        // serde_yaml_ng writes f32 in ryu's shortest form, `1e-7`, which PyYAML reads as a string.
+        #[derive(serde::Serialize)]
+        struct Eps {
+            eps: f32,
+            big: f32,
+            plain: f32,
+        }
+        let eps = Eps {
+            eps: 1e-7,
+            big: 1e20,
+            plain: 0.25,
+        };
+        assert_eq!(
+            serde_yaml_ng::to_string(&eps).unwrap(),
+            "eps: 1e-7\nbig: 1e20\nplain: 0.25\n"
+        );
+        assert_eq!(
+            to_string(&eps).unwrap(),
+            "eps: 1.0e-7\nbig: 1.0e+20\nplain: 0.25\n"
+        );
+    }
+
+    #[test]
+    fn yaml_1_1_scalars_are_recognised() {
+        for s in [
+            "y",
+            "NO",
+            "on",
+            "Off",
+            "~",
+            "",
+            "0b101",
+            "0777",
+            "0x_1F",
+            "-1_000",
+            "1:20",
+            "190:20:30.15",
+            ".5",
+            "1.",
+            "-.INF",
+            ".NaN",
+            "1e3",
+            "6.8523015e+5",
+            "2001-12-14",
+            "2001-12-14 21:59:43.10 -5",
+            "2001-12-14t21:59:43.10-05:00",
+            "=",
+            "<<",
+            "+inf",
+            "0o17",
+        ] {
+            assert!(yaml11_retypes(s), "{s:?}");
+        }
+        for s in [
+            "llama", "-fa", "q4_0", "1:60", "0x", "cuda:0", "2001-12", "yes!", "x1e3", "8.9.x",
+        ] {
+            assert!(!yaml11_retypes(s), "{s:?}");
+        }
     }
 }

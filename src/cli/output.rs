@@ -69,8 +69,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let (tmp, mut file) =
-        create_temp(dir, &name.to_string_lossy(), existing.is_none()).map_err(io)?;
+    let (tmp, mut file) = create_temp(
+        dir,
+        &name.to_string_lossy(),
+        existing.is_none(),
+        &mut random_u64,
+    )
+    .map_err(io)?;
     let result = (|| {
         file.write_all(bytes)?;
         if let Some(meta) = &existing {
@@ -131,7 +136,12 @@ fn random_u64() -> u64 {
 /// Creates `.NAME.<random>.tmp` in `dir` exclusively, never through a symbolic link. A new target gets the
 /// usual 0666 less the umask (what creating it directly would give); a replaced one starts private (0600) and
 /// gets the old file's mode once written.
-fn create_temp(dir: &Path, name: &str, new_target: bool) -> io::Result<(PathBuf, File)> {
+fn create_temp(
+    dir: &Path,
+    name: &str,
+    new_target: bool,
+    random: &mut dyn FnMut() -> u64,
+) -> io::Result<(PathBuf, File)> {
     let mut stem = name;
     while stem.len() > MAX_TEMP_STEM_BYTES {
         let mut cut = MAX_TEMP_STEM_BYTES;
@@ -142,7 +152,7 @@ fn create_temp(dir: &Path, name: &str, new_target: bool) -> io::Result<(PathBuf,
     }
     let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
     for _ in 0..MAX_TEMP_ATTEMPTS {
-        let tmp = dir.join(format!(".{stem}.{:016x}.tmp", random_u64()));
+        let tmp = dir.join(format!(".{stem}.{:016x}.tmp", random()));
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
@@ -204,12 +214,37 @@ mod tests {
     #[test]
     fn temporary_names_differ() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, _fa) = create_temp(dir.path(), "x", true).unwrap();
-        let (b, _fb) = create_temp(dir.path(), "x", true).unwrap();
+        let (a, _fa) = create_temp(dir.path(), "x", true, &mut random_u64).unwrap();
+        let (b, _fb) = create_temp(dir.path(), "x", true, &mut random_u64).unwrap();
         assert_ne!(a, b);
         let long = "n".repeat(300);
-        let (c, _fc) = create_temp(dir.path(), &long, true).unwrap();
+        let (c, _fc) = create_temp(dir.path(), &long, true, &mut random_u64).unwrap();
         assert!(c.file_name().unwrap().len() <= 255);
+    }
+
+    /// A link (or any file) already at the chosen name is never opened: the next name is tried.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_at_the_temporary_name_is_skipped_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(format!(".x.{:016x}.tmp", 7))).unwrap();
+        std::os::unix::fs::symlink(
+            "/nonexistent",
+            dir.path().join(format!(".x.{:016x}.tmp", 8)),
+        )
+        .unwrap();
+        let mut names = [7u64, 8, 9].into_iter();
+        let (tmp, mut f) =
+            create_temp(dir.path(), "x", true, &mut || names.next().unwrap()).unwrap();
+        assert_eq!(tmp, dir.path().join(format!(".x.{:016x}.tmp", 9)));
+        f.write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        assert!(!Path::new("/nonexistent").exists());
+        let mut same = || 7u64;
+        let e = create_temp(dir.path(), "x", true, &mut same).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
     }
 
     #[test]
