@@ -382,7 +382,7 @@ impl<'a> Scanner<'a> {
                 self.skip();
             }
         }
-        while !self.is_blankz(0) && !(self.flow_level > 0 && self.is(0, b',')) {
+        while !(self.is_blankz(0) || (self.flow_level > 0 && self.is(0, b','))) {
             self.skip();
         }
     }
