@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod emit;
 pub mod hardware;
+pub mod input;
 pub mod memory;
 pub mod model;
 pub mod perf;

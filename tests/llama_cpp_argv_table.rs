@@ -596,8 +596,49 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
         "use_mmap",
         "num_thread",
     ];
+    // The Ollama server's parallel requests are an environment setting (ollama/ollama envconfig/config.go
+    // `OLLAMA_NUM_PARALLEL`, "Maximum number of parallel requests"), read as an unsigned integer.
+    if let Some(env) = doc["launch"]["ollama"]["env"].as_object() {
+        for (k, v) in env {
+            let ok = k == "OLLAMA_NUM_PARALLEL"
+                && v.as_str()
+                    .is_some_and(|x| x.parse::<u32>().is_ok_and(|n| n >= 1));
+            if !ok {
+                problems.push(format!(
+                    "ollama env {k}={v}: not OLLAMA_NUM_PARALLEL with a positive integer"
+                ));
+            }
+        }
+    }
+    // The llama-server environment pins devices: the visible list has as many entries as -dev names, each an
+    // inventory index, and CUDA numbers devices in PCI bus order as NVML does.
+    if let Some(env) = doc["launch"]["llama_server"]["env"].as_object() {
+        let dev = argv_value(doc, "-dev");
+        for (k, v) in env {
+            let v = v.as_str().unwrap_or_default();
+            match k.as_str() {
+                "CUDA_DEVICE_ORDER" if v == "PCI_BUS_ID" => {}
+                "CUDA_VISIBLE_DEVICES" | "HIP_VISIBLE_DEVICES" => {
+                    let ids: Vec<&str> = v.split(',').collect();
+                    if ids.iter().any(|i| i.parse::<u32>().is_err()) {
+                        problems.push(format!("{k}={v}: not a list of device indices"));
+                    }
+                    let named = dev.as_deref().map_or(0, |d| d.split(',').count());
+                    if named != ids.len() {
+                        problems.push(format!(
+                            "{k}={v} exposes {} devices, -dev names {named}",
+                            ids.len()
+                        ));
+                    }
+                }
+                _ => problems.push(format!(
+                    "llama-server env {k}={v} is not a device-pinning variable"
+                )),
+            }
+        }
+    }
     if let Some(o) = doc["launch"]["ollama"].as_object() {
-        for (k, v) in o {
+        for (k, v) in o.iter().filter(|(k, _)| k.as_str() != "env") {
             if !OLLAMA_RUNNER_PARAMETERS.contains(&k.as_str()) {
                 problems.push(format!(
                     "ollama parameter {k} is not an Ollama runner option"
@@ -609,6 +650,13 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The value after `flag` in the document's llama-server argv.
+fn argv_value(doc: &serde_json::Value, flag: &str) -> Option<String> {
+    let argv = doc["launch"]["llama_server"]["argv"].as_array()?;
+    let i = argv.iter().position(|a| a == flag)?;
+    argv.get(i + 1)?.as_str().map(str::to_string)
 }
 
 #[test]

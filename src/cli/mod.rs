@@ -6,6 +6,7 @@
 
 mod estimate;
 mod inspect;
+pub mod output;
 mod probe;
 mod profiles;
 mod resolve;
@@ -330,6 +331,10 @@ impl From<crate::model::ModelError> for Failure {
             ModelError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 Failure::new(exit::USAGE, e).hint("check the path to the model")
             }
+            // A FIFO, a device or a directory where a model file belongs: the input is wrong, not the system.
+            ModelError::Io { source, .. } if crate::input::is_invalid_input(source) => {
+                Failure::new(exit::INVALID_INPUT, e)
+            }
             ModelError::Io { .. } => Failure::new(exit::RUNTIME, e),
             ModelError::Invalid { .. } | ModelError::InvalidModel { .. } => {
                 Failure::new(exit::INVALID_INPUT, e)
@@ -388,7 +393,7 @@ pub(crate) fn write_stdout(text: &str) -> Result<(), Failure> {
     }
 }
 
-/// Renders a serializable value in a machine format.
+/// Renders a serializable value in a machine format. Every YAML document goes through here.
 pub(crate) fn render<T: serde::Serialize>(
     value: &T,
     format: OutputFormat,
@@ -397,8 +402,9 @@ pub(crate) fn render<T: serde::Serialize>(
         OutputFormat::Json => serde_json::to_string_pretty(value)
             .map(|s| s + "\n")
             .map_err(anyhow::Error::from),
+        // Strings a YAML 1.1 reader would retype (`on`, `yes`, `0777`) are quoted: `crate::yaml::to_string`.
         OutputFormat::Yaml | OutputFormat::Table => {
-            serde_yaml_ng::to_string(value).map_err(anyhow::Error::from)
+            crate::yaml::to_string(value).map_err(anyhow::Error::from)
         }
     };
     text.map_err(|e| Failure::new(exit::RUNTIME, e.context("rendering output")))

@@ -3,7 +3,7 @@
 //! to `-o FILE`. Exit code 3 when nothing fits; the document then explains the nearest candidate.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
@@ -132,29 +132,6 @@ fn with_profiled_gpus(
             )
         })?;
     Ok(inv)
-}
-
-/// Writes `text` to `path` atomically: a temporary file in the same directory, then a rename.
-pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// The exit code and message of a planner refusal: defects of the model or the inventory are invalid input (4)
@@ -301,13 +278,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         )
         .collect();
     let measured = common.measurements(&device_ids, &spec.fingerprint)?;
-    // llama-server opens a split model by its first shard and finds the rest itself.
-    let path = spec
-        .files
-        .first()
-        .map_or_else(|| s.model.clone(), |f| f.path.clone())
-        .display()
-        .to_string();
+    let path = s.model.display().to_string();
     let inputs = Inputs {
         model: &spec,
         model_path: &path,
@@ -332,12 +303,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     }
     let text = render(&doc, s.format)?;
     match &s.output {
-        Some(p) => write_atomic(p, &text).map_err(|e| {
-            Failure::new(
-                exit::RUNTIME,
-                anyhow::Error::new(e).context(format!("writing {}", p.display())),
-            )
-        })?,
+        Some(p) => super::output::write_file(p, &text)?,
         None => write_stdout(&text)?,
     }
     if doc.status == Status::NoFit {

@@ -73,16 +73,19 @@ pub fn load_inventory(path: &Path) -> Result<Inventory, InventoryError> {
         path: path.to_path_buf(),
         source,
     };
-    let len = std::fs::metadata(path).map_err(io)?.len();
-    if len > MAX_INVENTORY_BYTES {
-        return Err(InventoryError::Invalid {
-            path: path.to_path_buf(),
-            message: format!(
-                "{len} bytes exceeds the {MAX_INVENTORY_BYTES}-byte limit for an inventory"
-            ),
-        });
-    }
-    let text = std::fs::read_to_string(path).map_err(io)?;
+    // Regular files only (a FIFO would hang the read, `/dev/zero` would never end it), bounded.
+    let text = crate::input::read_text_bounded(path, MAX_INVENTORY_BYTES, "an inventory").map_err(
+        |source| {
+            if crate::input::is_invalid_input(&source) {
+                InventoryError::Invalid {
+                    path: path.to_path_buf(),
+                    message: source.to_string(),
+                }
+            } else {
+                io(source)
+            }
+        },
+    )?;
     parse_inventory(&text).map_err(|message| InventoryError::Invalid {
         path: path.to_path_buf(),
         message,

@@ -53,7 +53,7 @@ pub struct Params {
     pub tensor_split: Vec<f64>,
     /// `-nkvo`: keep the KV cache on the host.
     pub no_kv_offload: bool,
-    /// `--no-mmap` clears it.
+    /// `-lm none` (or `dio`, `mlock`) clears it: the pinned engine has no `--no-mmap`.
     pub mmap: bool,
     /// `--no-repack` clears it: CPU weight repacking into the `CPU_REPACK` buffer.
     pub repack: bool,
@@ -746,7 +746,7 @@ fn estimate_checked(
             .try_fold(0u64, |a, f| add("model file size", a, f.bytes))?;
         mem[0].mapped_bytes = file_bytes;
         notes.push(format!(
-            "with mmap the host maps the whole model file ({:.1} MiB of reclaimable page cache, not in the totals); --no-mmap reads only the host's tensors",
+            "with mmap the host maps the whole model file ({:.1} MiB of reclaimable page cache, not in the totals); -lm none reads only the host's tensors",
             file_bytes as f64 / f64::from(1u32 << 20)
         ));
     }

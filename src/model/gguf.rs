@@ -20,7 +20,6 @@
 //! in [`ModelSpec::type_reading`].
 
 use std::collections::{BTreeMap, HashSet};
-use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -789,7 +788,8 @@ fn read_file_header(path: &Path) -> Result<Header, ModelError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(io)?;
+    // A FIFO or a device is refused here instead of blocking or streaming without end.
+    let file = crate::input::open_regular(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     // 256 KiB buffer: headers are read front to back, and long string arrays are walked through the buffer.
     let src = BufReader::with_capacity(256 << 10, file);

@@ -488,7 +488,8 @@ pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
     let mut magic = [0u8; 8];
     let n = {
         use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|source| ModelError::Io {
+        // Regular files only: a FIFO would block this read, a device would feed it without end.
+        let mut f = crate::input::open_regular(path).map_err(|source| ModelError::Io {
             path: path.to_path_buf(),
             source,
         })?;

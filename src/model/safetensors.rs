@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -856,7 +855,7 @@ pub(crate) fn read_bounded(
     limit: u64,
     what: &'static str,
 ) -> Result<Vec<u8>, ModelError> {
-    let file = File::open(path).map_err(io_err(path))?;
+    let file = crate::input::open_regular(path).map_err(io_err(path))?;
     let len = file.metadata().map_err(io_err(path))?.len();
     let too_big = |count| invalid(path, (0, Defect::TooMany { what, count, limit }));
     if len > limit {
@@ -880,14 +879,9 @@ pub fn read_header(path: &Path) -> Result<Header, ModelError> {
 }
 
 fn read_header_json(path: &Path) -> Result<(Vec<u8>, u64), ModelError> {
-    let mut file = File::open(path).map_err(io_err(path))?;
+    // A directory named like a .safetensors file, a FIFO or a device is refused before any read.
+    let mut file = crate::input::open_regular(path).map_err(io_err(path))?;
     let meta = file.metadata().map_err(io_err(path))?;
-    if meta.is_dir() {
-        return Err(invalid_model(
-            path,
-            Defect::UnknownFormat("a directory named like a .safetensors file".into()),
-        ));
-    }
     let file_bytes = meta.len();
     if file_bytes < LENGTH_PREFIX_BYTES {
         return Err(invalid(
@@ -1346,6 +1340,7 @@ pub fn read_config(dir: &Path) -> Result<Option<HfConfig>, ModelError> {
     if !path.exists() {
         return Ok(None);
     }
+    // Present but a FIFO or a device: `read_bounded` refuses it (regular files only) rather than blocking.
     let bytes = read_bounded(&path, hf_config::MAX_CONFIG_BYTES, "config.json bytes")?;
     hf_config::parse(&path, &bytes).map(Some)
 }

@@ -1581,8 +1581,13 @@ fn document(
         }
         Some(Backend::Metal) | None => {}
     }
+    // llama-server opens a split model by its first shard and finds the others itself.
+    let model_path = match model.files.as_slice() {
+        [first, _, ..] => first.path.display().to_string(),
+        _ => inp.model_path.to_string(),
+    };
     let launch = Launch {
-        llama_server: emit::llama_server_argv(inp.model_path, &settings, &placement),
+        llama_server: emit::llama_server_argv(&model_path, &settings, &placement),
         ollama: Ollama {
             num_ctx: c.ctx_seq,
             num_gpu: ngl,

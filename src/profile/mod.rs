@@ -361,7 +361,12 @@ pub fn read_paths(paths: &[PathBuf]) -> (Vec<SourceFile>, Vec<Diagnostic>) {
     for p in paths {
         let mut found = Vec::new();
         if p.is_dir() {
-            collect_yaml(p, &mut found);
+            let mut walk = Walk {
+                visited: std::collections::HashSet::new(),
+                files: &mut found,
+                diags: &mut diags,
+            };
+            walk.dir(p, 0);
             found.sort();
         } else {
             found.push(p.clone());
@@ -376,17 +381,91 @@ pub fn read_paths(paths: &[PathBuf]) -> (Vec<SourceFile>, Vec<Diagnostic>) {
     (files, diags)
 }
 
-fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            collect_yaml(&p, out);
-        } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
-            out.push(p);
+/// Directory levels below an overlay root that are searched. Real overlays are `DIR/{hardware,workloads,
+/// rules}/*.yaml`, two levels; 16 leaves room for any grouping while bounding the recursion.
+pub const MAX_OVERLAY_DEPTH: usize = 16;
+/// Profile files in one overlay tree. The built-in set has about a hundred; past this the tree is not a
+/// profile directory (and each file costs a schema validation).
+pub const MAX_OVERLAY_FILES: usize = 10_000;
+
+/// The walk of one overlay tree. Directories are identified by (device, inode), so symbolic links that lead
+/// back up the tree (two self-links once made the walk exponential) are entered once; entries named `*.yaml`
+/// that are not regular files (FIFOs, devices, dangling links) are reported instead of opened.
+struct Walk<'a> {
+    visited: std::collections::HashSet<(u64, u64)>,
+    files: &'a mut Vec<PathBuf>,
+    diags: &'a mut Vec<Diagnostic>,
+}
+
+impl Walk<'_> {
+    fn diag(&mut self, path: &Path, message: String) {
+        self.diags.push(Diagnostic {
+            path: path.display().to_string(),
+            instance_path: String::new(),
+            message,
+        });
+    }
+
+    fn dir(&mut self, dir: &Path, depth: usize) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            return;
+        };
+        if !self.visited.insert(file_id(&meta)) {
+            return;
         }
+        if depth > MAX_OVERLAY_DEPTH {
+            self.diag(
+                dir,
+                format!("nested deeper than {MAX_OVERLAY_DEPTH} directories below the overlay; not searched"),
+            );
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let is_yaml = p.extension().is_some_and(|x| x == "yaml" || x == "yml");
+            // Follows links: a linked profile or directory counts as what it points to.
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => self.dir(&p, depth + 1),
+                Ok(m) if is_yaml && !m.is_file() => {
+                    let what = crate::input::NotRegular {
+                        what: crate::input::describe_file_type(&m.file_type()),
+                    };
+                    self.diag(&p, format!("{what}; skipped"));
+                }
+                Ok(_) if is_yaml => {
+                    if self.files.len() >= MAX_OVERLAY_FILES {
+                        self.diag(
+                            &p,
+                            format!("more than {MAX_OVERLAY_FILES} profile files in the overlay; the rest are not read"),
+                        );
+                        return;
+                    }
+                    self.files.push(p);
+                }
+                Ok(_) => {}
+                // A dangling link named like a profile: `read_file` reports it.
+                Err(_) if is_yaml => self.files.push(p),
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// (device, inode) of a file, for the walk's visited set; 0 off Unix, where links cannot form cycles the
+/// same way and the depth bound still holds.
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        (0, 0)
     }
 }
 
@@ -396,15 +475,9 @@ fn read_file(path: &Path) -> Result<SourceFile, Diagnostic> {
         instance_path: String::new(),
         message,
     };
-    let len = std::fs::metadata(path)
-        .map_err(|e| diag(e.to_string()))?
-        .len();
-    if len > MAX_PROFILE_BYTES {
-        return Err(diag(format!(
-            "{len} bytes exceeds the {MAX_PROFILE_BYTES}-byte limit for a profile"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| diag(e.to_string()))?;
+    // Regular files only, at most MAX_PROFILE_BYTES: a FIFO must not hang every command that loads profiles.
+    let text = crate::input::read_text_bounded(path, MAX_PROFILE_BYTES, "a profile")
+        .map_err(|e| diag(e.to_string()))?;
     let kind = path
         .parent()
         .and_then(|p| p.file_name())

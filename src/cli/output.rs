@@ -1,0 +1,257 @@
+//! Output files (`-o FILE`): every command that writes a file writes it here, atomically and safely.
+//!
+//! The document goes to a temporary file created exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`, an
+//! unpredictable name, retried on collision) in the target's directory, so a link planted at a guessable name
+//! cannot redirect the write (the old `.NAME.tmp.PID` could make a run as root overwrite any file). It is
+//! written, given the existing target's permission bits (and owner, where allowed), flushed to disk, and
+//! renamed over the target; on any failure the temporary file is removed and the target is untouched.
+//!
+//! Only a regular file (or nothing) is replaced: a device, FIFO, socket, directory or symbolic link at the
+//! target is refused with exit code 2 (a usage error: the command line names something that is not a file
+//! to write; `> /dev/null` is the shell's job), before anything is created. I/O failures (a read-only
+//! directory, a full disk) are exit code 1. Trade-off: the target is checked again just before the rename,
+//! but a file swapped in between that check and the rename is replaced, not written through, so the window
+//! can only lose the swapped-in entry, never write into a device or a link's target.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use super::{Failure, exit};
+
+/// Attempts at a fresh temporary name. A collision with a 64-bit random name means another writer (or an
+/// attacker) holds that name; a few retries separate bad luck from a directory that refuses every name.
+const MAX_TEMP_ATTEMPTS: u32 = 16;
+/// Bytes of the target's name kept in the temporary name: with the prefix dot and the `.<16 hex>.tmp` suffix
+/// (22 bytes) the name stays under the 255-byte NAME_MAX of common filesystems.
+const MAX_TEMP_STEM_BYTES: usize = 200;
+
+/// Why an output file was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("{path}: {what}; -o replaces regular files only", path = path.display())]
+    NotRegular { path: PathBuf, what: &'static str },
+    #[error("{path}: not a file name", path = path.display())]
+    NoFileName { path: PathBuf },
+    #[error("writing {path}", path = path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Writes `text` to `path` atomically (see the module doc), mapping failures to exit codes: 2 when the target
+/// is not a regular file, 1 for I/O errors.
+pub fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
+    write_atomic(path, text.as_bytes()).map_err(|e| match e {
+        WriteError::NotRegular { .. } | WriteError::NoFileName { .. } => Failure::new(exit::USAGE, e)
+            .hint("give -o the path of a regular file (it is created or replaced), or omit -o to write to stdout"),
+        WriteError::Io { .. } => Failure::new(exit::RUNTIME, e),
+    })
+}
+
+/// Replaces `path` with `bytes` atomically: an exclusive temporary file in the same directory, the existing
+/// file's mode kept, `fsync`, rename. Refuses to replace anything but a regular file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    let io = |source| WriteError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let existing = regular_or_absent(path)?;
+    let name = path
+        .file_name()
+        .filter(|_| !path.as_os_str().is_empty())
+        .ok_or_else(|| WriteError::NoFileName {
+            path: path.to_path_buf(),
+        })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let (tmp, mut file) = create_temp(
+        dir,
+        &name.to_string_lossy(),
+        existing.is_none(),
+        &mut random_u64,
+    )
+    .map_err(io)?;
+    let result = (|| {
+        file.write_all(bytes)?;
+        if let Some(meta) = &existing {
+            keep_owner_and_mode(&file, meta)?;
+        }
+        file.sync_all()?;
+        drop(file);
+        // The target may have been swapped since the first look; a non-regular file is still refused.
+        if let Err(e) = regular_or_absent(path) {
+            return Err(io::Error::other(e.to_string()));
+        }
+        std::fs::rename(&tmp, path)?;
+        // Make the rename itself durable; some filesystems refuse to sync a directory, which loses nothing
+        // that the rename has not already made visible.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io)
+}
+
+/// The target's metadata when it is a regular file, `None` when nothing is there; anything else is refused.
+/// A symbolic link is refused rather than followed or replaced: either would surprise someone.
+fn regular_or_absent(path: &Path) -> Result<Option<std::fs::Metadata>, WriteError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_file() => Ok(Some(m)),
+        Ok(m) => Err(WriteError::NotRegular {
+            path: path.to_path_buf(),
+            what: crate::input::describe_file_type(&m.file_type()),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(WriteError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// 64 unpredictable bits: std's `RandomState` is keyed from the operating system's random source, and the
+/// clock and a counter make successive names differ within one process.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.finish()
+}
+
+/// Creates `.NAME.<random>.tmp` in `dir` exclusively, never through a symbolic link. A new target gets the
+/// usual 0666 less the umask (what creating it directly would give); a replaced one starts private (0600) and
+/// gets the old file's mode once written.
+fn create_temp(
+    dir: &Path,
+    name: &str,
+    new_target: bool,
+    random: &mut dyn FnMut() -> u64,
+) -> io::Result<(PathBuf, File)> {
+    let mut stem = name;
+    while stem.len() > MAX_TEMP_STEM_BYTES {
+        let mut cut = MAX_TEMP_STEM_BYTES;
+        while !stem.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        stem = &stem[..cut];
+    }
+    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..MAX_TEMP_ATTEMPTS {
+        let tmp = dir.join(format!(".{stem}.{:016x}.tmp", random()));
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options
+                .mode(if new_target { 0o666 } else { 0o600 })
+                .custom_flags(libc::O_NOFOLLOW);
+        }
+        #[cfg(not(unix))]
+        let _ = new_target;
+        match options.open(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// Gives the new file the replaced file's permission bits and, where the system allows (as root, or when it is
+/// already ours), its owner. Set-id and sticky bits are not copied onto content this process wrote.
+fn keep_owner_and_mode(file: &File, old: &std::fs::Metadata) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let new = file.metadata()?;
+        if (new.uid(), new.gid()) != (old.uid(), old.gid()) {
+            // Not permitted for an ordinary user giving a file away: the file is then the writer's, as with
+            // any editor's atomic save.
+            let _ = std::os::unix::fs::fchown(file, Some(old.uid()), Some(old.gid()));
+        }
+        file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o777))
+    }
+    #[cfg(not(unix))]
+    {
+        file.set_permissions(old.permissions())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_replaces_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("plan.yaml");
+        write_atomic(&p, b"one\n").unwrap();
+        write_atomic(&p, b"two\n").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("plan.yaml")]);
+    }
+
+    #[test]
+    fn temporary_names_differ() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _fa) = create_temp(dir.path(), "x", true, &mut random_u64).unwrap();
+        let (b, _fb) = create_temp(dir.path(), "x", true, &mut random_u64).unwrap();
+        assert_ne!(a, b);
+        let long = "n".repeat(300);
+        let (c, _fc) = create_temp(dir.path(), &long, true, &mut random_u64).unwrap();
+        assert!(c.file_name().unwrap().len() <= 255);
+    }
+
+    /// A link (or any file) already at the chosen name is never opened: the next name is tried.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_at_the_temporary_name_is_skipped_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(format!(".x.{:016x}.tmp", 7))).unwrap();
+        std::os::unix::fs::symlink(
+            "/nonexistent",
+            dir.path().join(format!(".x.{:016x}.tmp", 8)),
+        )
+        .unwrap();
+        let mut names = [7u64, 8, 9].into_iter();
+        let (tmp, mut f) =
+            create_temp(dir.path(), "x", true, &mut || names.next().unwrap()).unwrap();
+        assert_eq!(tmp, dir.path().join(format!(".x.{:016x}.tmp", 9)));
+        f.write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        assert!(!Path::new("/nonexistent").exists());
+        let mut same = || 7u64;
+        let e = create_temp(dir.path(), "x", true, &mut same).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+    }
+
+    #[test]
+    fn an_empty_path_is_not_a_file_name() {
+        assert!(matches!(
+            write_atomic(Path::new(""), b"x"),
+            Err(WriteError::NoFileName { .. })
+        ));
+    }
+}
