@@ -58,9 +58,15 @@ EXTRA_ARCHS = {
         n_head=8, n_head_kv=4, head_dim=256, n_vocab=256000, n_ctx_train=8192,
         rope_base=10000.0, eps=1e-6, tied=True, swa=4096,
         attn_softcap=50.0, final_softcap=30.0),
+    # Not a real checkpoint: the tiny fixture (tests/fixtures/gguf/llama-q4_k_m.gguf: 2 layers of width 256)
+    # made 16 layers deep, so that the per-token overhead can be split into a fixed and a per-layer part.
+    "tiny16": dict(
+        arch="llama", name="Tiny Llama 16 layers", n_layer=16, n_embd=256, n_ff=256,
+        n_head=8, n_head_kv=2, head_dim=32, n_vocab=320, n_ctx_train=8192,
+        rope_base=500000.0, eps=1e-5, tied=False),
 }
 # (shape, mix) pairs offered beyond models.json
-EXTRA_MODELS = [("llama3.2-1b", "q4_0"), ("gemma2-2b", "q4_k_m")]
+EXTRA_MODELS = [("llama3.2-1b", "q4_0"), ("gemma2-2b", "q4_k_m"), ("tiny16", "q4_k_m")]
 
 # ggml block layouts (ggml/src/ggml-common.h): (block bytes, [(offset of an f16 scale, lo, hi)]).
 # lo..hi is the range of the scale drawn log-uniformly, chosen so that dequantized weights are of
