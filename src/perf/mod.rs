@@ -1,12 +1,31 @@
 //! Throughput and latency model: a roofline per device, corrected by efficiencies. Pure: takes values.
 //!
-//! Decode is bound by the bytes each step reads (the device's weights, experts scaled by the share a token
-//! routes to, plus the KV cells attended) over memory bandwidth, or by FLOPs once a batch of sequences makes the
-//! step compute-bound; prefill by FLOPs over matrix throughput. Devices holding consecutive layers run one after
-//! another, so their times add. The knee of the batch curve, where a decode step turns compute-bound, falls out
-//! of the device's FLOPs-to-bandwidth ratio rather than a constant.
+//! Each device is charged exactly the bytes and FLOPs of the tensors it holds ([`loads`]): with every layer on a
+//! GPU the host holds only the token embedding (one row read per token, no matmul), so the host's core count
+//! cannot change a full-GPU plan's decode. Devices holding consecutive layers run one after another, so their
+//! times add.
+//!
+//! GPUs: decode is bound by the bytes each step reads (weights, experts scaled by the share a token routes to,
+//! plus the KV cells attended) over memory bandwidth, or by FLOPs once a batch of sequences makes the step
+//! compute-bound; prefill by FLOPs over matrix throughput. The knee of the batch curve, where a decode step turns
+//! compute-bound, falls out of the device's FLOPs-to-bandwidth ratio rather than a constant.
+//!
+//! CPUs ([`CpuRates`]) run llama.cpp's ggml-cpu kernels, measured with the pinned engine's `llama-bench`
+//! (tests/fixtures/llama-bench): decode reads each weight type at the lower of the bandwidth the chosen threads
+//! can pull (threads × per-core bandwidth, capped by the socket's achievable peak) and the per-core rate of that
+//! type's quantized dot product; prefill is compute-bound at a per-type share of the FP32 FMA peak (int8 dot
+//! products of Q4_0/Q8_0 run faster than the K-quants'), so decode and prefill differ. Every token also pays a
+//! per-token floor: a fixed part, a per-layer part and, with more than one thread, a per-layer barrier wait.
+//! Trade-off: the per-type kernel rates and the floor are fitted on one machine (an AVX2 Zen 3 core) and scale to
+//! other CPUs only through their clock and FP32 FLOP per cycle, which is coarser than a per-CPU calibration but
+//! keeps every CPU class predictable without measurements; the calibration issue refines them per machine.
 
 use serde::{Deserialize, Serialize};
+
+use crate::hardware::Inventory;
+use crate::memory::llama_cpp::{self, Estimate, Machine, Params};
+use crate::model::{Dtype, GgmlType, ModelSpec, Role};
+use crate::profile::HardwareProfile;
 
 /// Where the efficiencies (and so the predictions) come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -24,6 +43,7 @@ pub enum Basis {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DevicePerf {
     pub name: String,
+    /// Peak memory bandwidth (a CPU: the socket's).
     pub bandwidth_bytes_per_s: f64,
     /// Peak matrix FLOPS the runtime's prefill kernels use (dense FP16 tensor on GPUs, FP32 vector on CPUs).
     pub flops: f64,
@@ -33,6 +53,8 @@ pub struct DevicePerf {
     /// GPU for micro-batches of 32+ tokens, copying the weights over PCIe (ggml-cuda `offload_op`). The GPU's
     /// effective FLOPS and the link's bytes per second.
     pub offload: Option<Offload>,
+    /// A CPU running ggml-cpu kernels: per-core rates instead of the socket roofline (see the module doc).
+    pub cpu: Option<CpuRates>,
 }
 
 /// Where the host's prefill is offloaded to.
@@ -45,17 +67,236 @@ pub struct Offload {
 /// Micro-batches of at least this many tokens are offloaded (ggml-cuda `min_batch_size`).
 pub const OFFLOAD_MIN_BATCH: f64 = 32.0;
 
+/// The per-core figures of a CPU that llama.cpp's speed scales with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuRates {
+    /// Threads llama.cpp computes with (`-t`).
+    pub threads: f64,
+    /// Core clock in Hz.
+    pub hz: f64,
+    /// FP32 FLOP per cycle per core (SIMD lanes × FMA pipes × 2).
+    pub fp32_flops_per_cycle: f64,
+    /// DRAM bytes per second one core can pull on its own.
+    pub bandwidth_per_core: f64,
+}
+
+/// Clock assumed when the inventory has none (the planner's default too).
+pub const DEFAULT_CPU_GHZ: f64 = 2.0;
+/// FP32 FLOP per cycle per core when the CPU profile has none: one 256-bit FMA pipe (2 × 8 lanes), the
+/// narrowest x86-64 core with AVX2.
+pub const DEFAULT_FP32_FLOPS_PER_CYCLE: f64 = 16.0;
+/// Per-core DRAM bandwidth when the CPU profile has none, bytes/s: the most one thread pulled in the llama-bench
+/// table of an AMD EPYC (Zen 3) KVM guest (tests/fixtures/llama-bench/cpu-epyc-milan-2vcpu.json: Llama-3.2-1B
+/// Q8_0 tg128 at -t 1 reads 1.313e9 B per token at 7.14 tok/s). A lower bound: every one-thread decode there was
+/// bound by the dot-product rate, not by bandwidth, so the true figure is at least this.
+pub const DEFAULT_BANDWIDTH_PER_CORE: f64 = 9.38e9;
+
+/// The host's speed figures exactly as the planner uses them: the class profile's socket bandwidth and FP32
+/// FLOP per cycle, the inventory's clock, `threads` threads, and the rule tables' decode and prefill
+/// efficiencies.
+pub fn cpu_device(
+    profile: Option<&HardwareProfile>,
+    inv: &Inventory,
+    threads: u32,
+    decode_efficiency: f64,
+    prefill_efficiency: f64,
+) -> DevicePerf {
+    let spec = profile.and_then(|p| p.cpu.as_ref());
+    let fpc = spec
+        .and_then(|c| c.fp32_flops_per_cycle_per_core)
+        .unwrap_or(DEFAULT_FP32_FLOPS_PER_CYCLE);
+    let ghz = inv
+        .cpu
+        .frequency_mhz
+        .map_or(DEFAULT_CPU_GHZ, |m| m as f64 / 1000.0);
+    let per_core = spec
+        .and_then(|c| c.bandwidth_per_core_gb_s)
+        .map_or(DEFAULT_BANDWIDTH_PER_CORE, |g| g * 1e9);
+    let socket = profile.map_or(0.0, |p| p.memory.bandwidth_gb_s * 1e9);
+    let threads = f64::from(threads.max(1));
+    DevicePerf {
+        name: "cpu".into(),
+        // Without a class profile the socket is taken to be as fast as its cores together.
+        bandwidth_bytes_per_s: if socket > 0.0 {
+            socket
+        } else {
+            threads * per_core
+        },
+        flops: (threads * ghz * 1e9 * fpc).max(1.0),
+        decode_efficiency,
+        prefill_efficiency,
+        offload: None,
+        cpu: Some(CpuRates {
+            threads,
+            hz: ghz * 1e9,
+            fp32_flops_per_cycle: fpc,
+            bandwidth_per_core: per_core,
+        }),
+    }
+}
+
+/// Matmul work of one weight type on one device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TypeLoad {
+    pub dtype: Dtype,
+    /// The output projection: a prompt multiplies it for its last token only (one output per sequence).
+    pub output: bool,
+    /// Bytes one token reads (routed experts at the share a token uses).
+    pub bytes: f64,
+    /// Parameters one token multiplies (0 for element-wise weights: norms, biases).
+    pub params: f64,
+}
+
 /// What one device holds of the model.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceLoad {
     /// Weight bytes one token reads on this device (routed experts counted at the share a token uses).
     pub weight_bytes_per_token: f64,
+    /// Weight bytes a prefill micro-batch reads: every weight the device holds (all experts get routed to).
+    pub weight_bytes_resident: f64,
     /// KV bytes per attended cell, over this device's layers.
     pub kv_bytes_per_cell: f64,
     /// Parameters one token multiplies on this device (routed experts at the share a token uses).
     pub active_params: f64,
-    /// Attention FLOPs per (query, key) pair on this device: 4 × heads × head size × layers.
+    /// Of `active_params`, the output projection's: prefill multiplies it once per sequence, not per token.
+    pub output_params: f64,
+    /// Attention FLOPs per (query, key) pair on this device: 4 × heads × head size over its layers.
     pub attn_flops_per_pair: f64,
+    /// Transformer blocks this device computes (the per-token floor scales with them).
+    pub layers: f64,
+    /// The host computes the graph's fixed part (input, sampling, scheduling) whatever it holds.
+    pub host: bool,
+    /// `weight_bytes_per_token` and `active_params` by weight type.
+    pub by_type: Vec<TypeLoad>,
+}
+
+impl DeviceLoad {
+    fn add(&mut self, dtype: Dtype, output: bool, bytes: f64, params: f64, resident: f64) {
+        self.weight_bytes_per_token += bytes;
+        self.weight_bytes_resident += resident;
+        self.active_params += params;
+        if output {
+            self.output_params += params;
+        }
+        match self
+            .by_type
+            .iter_mut()
+            .find(|t| t.dtype == dtype && t.output == output)
+        {
+            Some(t) => {
+                t.bytes += bytes;
+                t.params += params;
+            }
+            None => self.by_type.push(TypeLoad {
+                dtype,
+                output,
+                bytes,
+                params,
+            }),
+        }
+    }
+}
+
+/// Per-device load of `model` under the placement the memory estimate resolved (`est`, from `params` on
+/// `machine`): each device is charged exactly what it holds. Blocks go where llama.cpp puts them
+/// ([`llama_cpp::layer_devices`]; `--n-cpu-moe` keeps early experts on the host); the token embedding stays on
+/// the host and is read one row per token (GET_ROWS, no matmul); a tied output layer multiplies the embedding
+/// on the output layer's device. Index 0 is the host, then the GPUs in `machine` order, as in `est.devices`.
+pub fn loads(
+    model: &ModelSpec,
+    params: &Params,
+    machine: &Machine,
+    est: &Estimate,
+) -> Vec<DeviceLoad> {
+    let h = &model.hparams;
+    let n_dev = est.devices.len().max(1);
+    let mut out = vec![DeviceLoad::default(); n_dev];
+    out[0].host = true;
+    let expert_share = match (h.expert_count, h.expert_used_count) {
+        (Some(n), Some(k)) if n > 0 => (k as f64 / n as f64).min(1.0),
+        _ => 1.0,
+    };
+    let n_layer = u32::try_from(h.block_count.unwrap_or(0)).unwrap_or(u32::MAX);
+    let weights: Vec<f64> = if !params.tensor_split.is_empty() {
+        params.tensor_split.clone()
+    } else {
+        machine.gpus.iter().map(|g| g.free_bytes as f64).collect()
+    };
+    let gpu_layers = if machine.gpus.is_empty() {
+        0
+    } else {
+        est.resolved.n_gpu_layers
+    };
+    let placed = llama_cpp::layer_devices(n_layer, gpu_layers, &weights);
+    // Device index (0 = host) of block `il`, or of the output layer at `il == n_layer`.
+    let dev = |il: u32| -> usize {
+        placed
+            .get(il as usize)
+            .copied()
+            .flatten()
+            .map_or(0, |g| (g + 1).min(n_dev - 1))
+    };
+    let heads = h.head_count.as_ref();
+    let head_dim = h
+        .key_length
+        .unwrap_or_else(|| h.embedding_length.unwrap_or(0) / heads.map_or(1, |p| p.max().max(1)))
+        as f64;
+    for il in 0..n_layer {
+        let d = dev(il);
+        out[d].layers += 1.0;
+        let recurrent = h
+            .recurrent_layers
+            .get(il as usize)
+            .copied()
+            .unwrap_or(false);
+        if !recurrent {
+            let nh = heads.and_then(|p| p.get(il as usize)).unwrap_or(0) as f64;
+            out[d].attn_flops_per_pair += 4.0 * nh * head_dim;
+        }
+    }
+    let has_output = model.tensors.iter().any(|t| t.name == "output.weight");
+    for t in &model.tensors {
+        let bytes = t.bytes as f64;
+        let n = t.parameters as f64;
+        let is_embd = t.role == Role::Embedding || t.name.starts_with("token_embd");
+        if is_embd {
+            // GET_ROWS: one row per token on the host.
+            let rows = t.shape.first().copied().unwrap_or(1).max(1) as f64;
+            out[0].add(t.dtype, false, bytes / rows, 0.0, 0.0);
+            if h.tied_embeddings && !has_output && t.name == "token_embd.weight" {
+                out[dev(n_layer)].add(t.dtype, true, bytes, n, bytes);
+            }
+            continue;
+        }
+        let is_output =
+            t.layer.is_none() && (t.role == Role::Output || t.name.starts_with("output"));
+        let d = match t.layer {
+            Some(l) if t.role == Role::Expert && l < params.n_cpu_moe => 0,
+            Some(l) => dev(l.min(n_layer.saturating_sub(1))),
+            None if is_output => dev(n_layer),
+            // rope_freqs and other tensors outside blocks belong to the repeating layers.
+            None => dev(0),
+        };
+        // Element-wise weights (norms, biases) are read but not multiplied as a matrix.
+        let matmul = t.shape.len() >= 2;
+        let share = if t.role == Role::Expert {
+            expert_share
+        } else {
+            1.0
+        };
+        out[d].add(
+            t.dtype,
+            is_output && matmul,
+            bytes * share,
+            if matmul { n * share } else { 0.0 },
+            bytes,
+        );
+    }
+    let cells = f64::from(est.resolved.n_ctx.max(1));
+    for (o, m) in out.iter_mut().zip(&est.devices) {
+        o.kv_bytes_per_cell = m.kv_cache_bytes as f64 / cells;
+    }
+    out
 }
 
 /// The request shape the prediction is for.
@@ -79,16 +320,112 @@ pub struct Prediction {
     pub time_per_output_token_ms: f64,
 }
 
+// ---- ggml-cpu kernel rates, fitted on tests/fixtures/llama-bench/cpu-epyc-milan-2vcpu.json (training rows:
+// the tiny models, Llama-3.2-1B Q8_0 and Q4_0, Gemma-2-2B Q4_K_M; held out: Llama-3-8B Q4_K_M and Qwen2-7B
+// Q4_0; benches/llama-bench/fit.py). FP32 FLOP-per-cycle units let them scale to wider SIMD. ----
+
+/// Decode: parameters one core multiplies per FP32 FLOP of its peak, by weight type (ggml's `vec_dot` of
+/// the weight type with the Q8 activations). Q6_K, Q5_K and F16 are not separable in the table (they only
+/// occur beside Q4_K); they take Q4_K's rate scaled by their prefill ratios from the public Zen 4 figures
+/// cited at [`PREFILL_TYPE_EFFICIENCY`].
+fn decode_params_per_flop(t: Dtype) -> f64 {
+    match t {
+        Dtype::Ggml(GgmlType::Q4_0) => DECODE_Q4_0,
+        Dtype::Ggml(GgmlType::Q8_0) => DECODE_Q8_0,
+        Dtype::Ggml(GgmlType::Q4_K) => DECODE_Q4_K,
+        Dtype::Ggml(GgmlType::Q5_K) => DECODE_Q4_K * Q5_K_VS_Q4_K,
+        Dtype::Ggml(GgmlType::Q6_K) => DECODE_Q4_K * Q6_K_VS_Q4_K,
+        _ => DECODE_Q4_K * OTHER_VS_Q4_K,
+    }
+}
+
+/// Prefill: the share of the FP32 FMA peak (after the rule table's prefill efficiency) each weight type's
+/// matmul reaches, relative to the rule's median type.
+fn prefill_type_efficiency(t: Dtype) -> f64 {
+    match t {
+        Dtype::Ggml(GgmlType::Q4_0) => PREFILL_Q4_0,
+        Dtype::Ggml(GgmlType::Q8_0) => PREFILL_Q8_0,
+        Dtype::Ggml(GgmlType::Q4_K) => PREFILL_Q4_K,
+        Dtype::Ggml(GgmlType::Q5_K) => PREFILL_Q4_K * Q5_K_VS_Q4_K,
+        Dtype::Ggml(GgmlType::Q6_K) => PREFILL_Q4_K * Q6_K_VS_Q4_K,
+        _ => PREFILL_Q4_K * OTHER_VS_Q4_K,
+    }
+}
+
+/// Fitted (see above): `python3 benches/llama-bench/fit.py`, rounded to 3 digits.
+const DECODE_Q4_0: f64 = 0.162;
+const DECODE_Q8_0: f64 = 0.108;
+const DECODE_Q4_K: f64 = 0.168;
+const PREFILL_Q4_0: f64 = 1.51;
+const PREFILL_Q8_0: f64 = 1.13;
+const PREFILL_Q4_K: f64 = 1.42;
+/// Attention (flash-attention kernels on F16 KV) runs at this share of the prefill FLOP rate (fitted: the tiny
+/// models' prefill is mostly attention).
+const ATTENTION_EFFICIENCY: f64 = 0.247;
+/// Ratios to Q4_K from public llama-bench pp512 of LLaMA-3.1-8B on a Ryzen 9 7950X, 16 threads, mainline build
+/// 4384 (ikawrakow/ik_llama.cpp discussion #164, 2024-12-24): Q4_K_S 108.40, Q5_K_S 75.52, Q6_K 82.56, BF16
+/// 78.58 t/s. Q5_K 75.52 / 108.40 = 0.70, Q6_K 82.56 / 108.40 = 0.76; other types (F16, BF16, F32 and the
+/// rest) the slowest of these, BF16's 78.58 / 108.40 = 0.72, rounded down to Q5_K's 0.70.
+const Q5_K_VS_Q4_K: f64 = 0.70;
+const Q6_K_VS_Q4_K: f64 = 0.76;
+const OTHER_VS_Q4_K: f64 = 0.70;
+/// Per-token floor, seconds: fixed, per block, and per block with more than one thread (the barriers after ops).
+/// Fitted on the two tiny models (2 and 16 blocks of width 256), whose decode is mostly overhead, with the rest.
+/// The barrier term was measured at two threads only; it is charged once for any thread count above one (a
+/// barrier waits for the slowest thread, not for each thread in turn), since a linear growth fitted on two points
+/// would charge a 64-thread server 60 ms a token of pure waiting.
+const FLOOR_FIXED_S: f64 = 4.6e-6;
+const FLOOR_PER_LAYER_S: f64 = 17.2e-6;
+const FLOOR_SYNC_PER_LAYER_S: f64 = 30.1e-6;
+
+/// Bytes per second the chosen threads of a CPU pull: threads × per-core bandwidth, at most the socket's
+/// achievable peak.
+fn cpu_bandwidth(p: &DevicePerf, c: &CpuRates) -> f64 {
+    (c.threads * c.bandwidth_per_core).min(p.bandwidth_bytes_per_s * p.decode_efficiency)
+}
+
+/// Seconds of per-token overhead on one device.
+fn floor(p: &DevicePerf, l: &DeviceLoad) -> f64 {
+    let Some(c) = &p.cpu else {
+        return 0.0;
+    };
+    let fixed = if l.host { FLOOR_FIXED_S } else { 0.0 };
+    let sync = if c.threads > 1.0 {
+        FLOOR_SYNC_PER_LAYER_S
+    } else {
+        0.0
+    };
+    fixed + l.layers * (FLOOR_PER_LAYER_S + sync)
+}
+
 /// Seconds for one decode step of `n` sequences with `ctx` cells attended each.
 fn decode_step(devices: &[(DevicePerf, DeviceLoad)], n: f64, ctx: f64) -> f64 {
     devices
         .iter()
-        .map(|(p, l)| {
-            let bytes = l.weight_bytes_per_token + n * l.kv_bytes_per_cell * ctx;
-            let mem = bytes / (p.bandwidth_bytes_per_s * p.decode_efficiency);
-            let flops = n * (2.0 * l.active_params + l.attn_flops_per_pair * ctx);
-            let compute = flops / (p.flops * p.prefill_efficiency);
-            mem.max(compute)
+        .map(|(p, l)| match &p.cpu {
+            Some(c) => {
+                let bw = cpu_bandwidth(p, c);
+                let core_flops = c.hz * c.fp32_flops_per_cycle;
+                let weights: f64 = l
+                    .by_type
+                    .iter()
+                    .map(|t| {
+                        let rate = c.threads * core_flops * decode_params_per_flop(t.dtype);
+                        (t.bytes / bw).max(n * t.params / rate)
+                    })
+                    .sum();
+                let kv = n * l.kv_bytes_per_cell * ctx / bw;
+                let attn = n * l.attn_flops_per_pair * ctx
+                    / (c.threads * core_flops * p.prefill_efficiency * ATTENTION_EFFICIENCY);
+                weights + kv + attn + floor(p, l)
+            }
+            None => {
+                let bytes = l.weight_bytes_per_token + n * l.kv_bytes_per_cell * ctx;
+                let mem = bytes / (p.bandwidth_bytes_per_s * p.decode_efficiency);
+                let flops = n * (2.0 * l.active_params + l.attn_flops_per_pair * ctx);
+                let compute = flops / (p.flops * p.prefill_efficiency);
+                mem.max(compute)
+            }
         })
         .sum()
 }
@@ -98,17 +435,39 @@ fn prefill(devices: &[(DevicePerf, DeviceLoad)], tokens: f64, ubatch: f64) -> f6
     devices
         .iter()
         .map(|(p, l)| {
-            let flops =
-                2.0 * l.active_params * tokens + l.attn_flops_per_pair * tokens * tokens / 2.0;
+            // The output projection runs for the last token of the prompt only.
+            let flops = 2.0 * (l.active_params - l.output_params) * tokens
+                + 2.0 * l.output_params
+                + l.attn_flops_per_pair * tokens * tokens / 2.0;
             let reads = (tokens / ubatch).ceil().max(1.0);
-            let compute = flops / (p.flops * p.prefill_efficiency);
-            let mem =
-                reads * l.weight_bytes_per_token / (p.bandwidth_bytes_per_s * p.decode_efficiency);
-            let local = compute.max(mem);
+            let local = match &p.cpu {
+                Some(c) => {
+                    let peak = c.threads * c.hz * c.fp32_flops_per_cycle * p.prefill_efficiency;
+                    let matmul: f64 = l
+                        .by_type
+                        .iter()
+                        .map(|t| {
+                            let rows = if t.output { 1.0 } else { tokens };
+                            2.0 * t.params * rows / (peak * prefill_type_efficiency(t.dtype))
+                        })
+                        .sum();
+                    let attn = l.attn_flops_per_pair * tokens * tokens
+                        / 2.0
+                        / (peak * ATTENTION_EFFICIENCY);
+                    let mem = reads * l.weight_bytes_resident / cpu_bandwidth(p, c);
+                    (matmul + attn).max(mem) + reads * floor(p, l)
+                }
+                None => {
+                    let compute = flops / (p.flops * p.prefill_efficiency);
+                    let mem = reads * l.weight_bytes_resident
+                        / (p.bandwidth_bytes_per_s * p.decode_efficiency);
+                    compute.max(mem)
+                }
+            };
             match p.offload {
                 Some(o) if ubatch.min(tokens) >= OFFLOAD_MIN_BATCH => {
                     // Every micro-batch copies the host's weights to the GPU and multiplies there.
-                    let copy = reads * l.weight_bytes_per_token / o.link_bytes_per_s;
+                    let copy = reads * l.weight_bytes_resident / o.link_bytes_per_s;
                     local.min(copy.max(flops / o.flops))
                 }
                 _ => local,
@@ -134,11 +493,32 @@ pub fn predict(devices: &[(DevicePerf, DeviceLoad)], shape: Shape) -> Prediction
     }
 }
 
+/// Share of the compute-bound throughput at which a CPU's batch curve counts as flat: a per-token floor keeps
+/// the curve rising slowly past the roofline knee (each step pays it once for all its sequences), so the knee is
+/// where the floor costs less than 1 % of the step, the planner's own tie margin.
+pub const KNEE_SHARE: f64 = 0.99;
+
 /// Concurrency past which a decode step turns compute-bound on one device: the knee of the batch curve, from
-/// its FLOPs-to-bandwidth ratio (tokens per byte it can compute while reading one byte).
+/// its FLOPs-to-bandwidth ratio (tokens per byte it can compute while reading one byte). On a CPU, also at
+/// least where the per-token floor falls below `1 - KNEE_SHARE` of the step.
 pub fn decode_knee(p: &DevicePerf, l: &DeviceLoad) -> f64 {
-    let bytes_time = l.weight_bytes_per_token / (p.bandwidth_bytes_per_s * p.decode_efficiency);
-    let flops_per_seq = 2.0 * l.active_params / (p.flops * p.prefill_efficiency);
+    let fixed = floor(p, l) * KNEE_SHARE / (1.0 - KNEE_SHARE);
+    let (bytes_time, flops_per_seq) = match &p.cpu {
+        Some(c) => {
+            let bw = cpu_bandwidth(p, c);
+            let core_flops = c.hz * c.fp32_flops_per_cycle;
+            let compute: f64 = l
+                .by_type
+                .iter()
+                .map(|t| t.params / (c.threads * core_flops * decode_params_per_flop(t.dtype)))
+                .sum();
+            ((l.weight_bytes_per_token / bw).max(fixed), compute)
+        }
+        None => (
+            l.weight_bytes_per_token / (p.bandwidth_bytes_per_s * p.decode_efficiency),
+            2.0 * l.active_params / (p.flops * p.prefill_efficiency),
+        ),
+    };
     if flops_per_seq <= 0.0 {
         f64::INFINITY
     } else {
@@ -158,6 +538,7 @@ mod tests {
             decode_efficiency: 0.5,
             prefill_efficiency: 0.5,
             offload: None,
+            cpu: None,
         }
     }
 
@@ -167,6 +548,7 @@ mod tests {
             kv_bytes_per_cell: 131_072.0,
             active_params: 8e9,
             attn_flops_per_pair: 4.0 * 32.0 * 128.0 * 32.0,
+            ..DeviceLoad::default()
         }
     }
 
@@ -221,6 +603,7 @@ mod tests {
             kv_bytes_per_cell: 65_536.0,
             active_params: 4e9,
             attn_flops_per_pair: 2.0 * 32.0 * 128.0 * 32.0,
+            ..DeviceLoad::default()
         };
         let shape = Shape {
             prompt_tokens: 512,

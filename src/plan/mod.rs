@@ -17,7 +17,7 @@ use crate::emit::{
 };
 use crate::hardware::{Gpu, GpuVendor, Inventory, parse_capability};
 use crate::memory::llama_cpp::{self, CACHE_TYPES, FlashAttn, GpuTarget, Machine, Params};
-use crate::model::{Format, GgmlType, ModelSpec, Role};
+use crate::model::{Format, GgmlType, ModelSpec};
 use crate::perf::{self, Basis, DeviceLoad, DevicePerf, Shape};
 use crate::profile::matching::{Resolution, resolve as match_gpu, usable_gpu_bytes};
 use crate::profile::{
@@ -306,74 +306,6 @@ fn precision_and_attention(
     (precision.0, precision.1, fa.0, fa.1)
 }
 
-/// Per-device share of the model for the throughput model, from the estimate's placement.
-fn loads(model: &ModelSpec, est: &llama_cpp::Estimate, n_dev: usize) -> Vec<DeviceLoad> {
-    let h = &model.hparams;
-    let expert_share = match (h.expert_count, h.expert_used_count) {
-        (Some(n), Some(k)) if n > 0 => k as f64 / n as f64,
-        _ => 1.0,
-    };
-    let n_layer = h.block_count.unwrap_or(1).max(1) as f64;
-    let mut out = vec![DeviceLoad::default(); n_dev];
-    // Weights per device in the estimate's proportions; expert weights count at the routed share.
-    let total_w: f64 = est
-        .devices
-        .iter()
-        .map(|d| (d.weights_bytes + d.weights_repack_bytes) as f64)
-        .sum();
-    let expert_bytes: f64 = model
-        .tensors
-        .iter()
-        .filter(|t| t.role == Role::Expert)
-        .map(|t| t.bytes as f64)
-        .sum();
-    let embd_bytes: f64 = model
-        .tensors
-        .iter()
-        .filter(|t| t.role == Role::Embedding)
-        .map(|t| t.bytes as f64)
-        .sum();
-    let read_fraction = if total_w > 0.0 {
-        (total_w - embd_bytes - expert_bytes * (1.0 - expert_share)) / total_w
-    } else {
-        1.0
-    };
-    let params_total: f64 = model
-        .tensors
-        .iter()
-        .filter(|t| t.role != Role::Embedding)
-        .map(|t| {
-            if t.role == Role::Expert {
-                t.parameters as f64 * expert_share
-            } else {
-                t.parameters as f64
-            }
-        })
-        .sum();
-    let heads = h.head_count.as_ref().map_or(0, |p| p.max()) as f64;
-    let head_dim = h.key_length.unwrap_or_else(|| {
-        h.embedding_length.unwrap_or(0) / h.head_count.as_ref().map_or(1, |p| p.max().max(1))
-    }) as f64;
-    let kv_total: f64 = est.devices.iter().map(|d| d.kv_cache_bytes as f64).sum();
-    let cells = f64::from(est.resolved.n_ctx.max(1));
-    for (i, d) in est.devices.iter().enumerate().take(n_dev) {
-        let w = (d.weights_bytes + d.weights_repack_bytes) as f64;
-        let share = if total_w > 0.0 { w / total_w } else { 0.0 };
-        let kv_share = if kv_total > 0.0 {
-            d.kv_cache_bytes as f64 / kv_total
-        } else {
-            0.0
-        };
-        out[i] = DeviceLoad {
-            weight_bytes_per_token: w * read_fraction,
-            kv_bytes_per_cell: d.kv_cache_bytes as f64 / cells,
-            active_params: params_total * share,
-            attn_flops_per_pair: 4.0 * heads * head_dim * n_layer * kv_share,
-        };
-    }
-    out
-}
-
 fn score(objective: Objective, w: &WorkloadProfile, p: &perf::Prediction) -> f64 {
     // An SLA miss costs more than any speed difference among candidates that meet it.
     let mut penalty = 0.0;
@@ -600,6 +532,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 decode_efficiency: gpu_eff_d.as_ref().map_or(1.0, |e| e.0),
                 prefill_efficiency: gpu_eff_p.as_ref().map_or(1.0, |e| e.0),
                 offload: None,
+                cpu: None,
             },
             link_bytes_per_s: link,
             capacity,
@@ -635,19 +568,14 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         .collect();
     let class = cpu_class(inv, set);
     let class_id = class.map_or("none".to_string(), |c| c.id.clone());
-    let cpu_bw = class.map_or(0.0, |c| c.memory.bandwidth_gb_s * 1e9);
-    let flops_per_cycle = class
-        .and_then(|c| c.cpu.as_ref())
-        .and_then(|c| c.fp32_flops_per_cycle_per_core)
-        .unwrap_or(16.0);
-    let ghz = inv.cpu.frequency_mhz.map_or(2.0, |m| m as f64 / 1000.0);
-    let cpu_perf = |threads: u32| DevicePerf {
-        name: "cpu".into(),
-        bandwidth_bytes_per_s: cpu_bw.max(1.0),
-        flops: (f64::from(threads) * ghz * 1e9 * flops_per_cycle).max(1.0),
-        decode_efficiency: cpu_eff_d.as_ref().map_or(1.0, |e| e.0),
-        prefill_efficiency: cpu_eff_p.as_ref().map_or(1.0, |e| e.0),
-        offload: None,
+    let cpu_perf = |threads: u32| {
+        perf::cpu_device(
+            class,
+            inv,
+            threads,
+            cpu_eff_d.as_ref().map_or(1.0, |e| e.0),
+            cpu_eff_p.as_ref().map_or(1.0, |e| e.0),
+        )
     };
     let threads_all = host_threads(inv, set, objective);
     let threads_gpu = gpu_host_threads(inv);
@@ -827,7 +755,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             let room = host.capacity.saturating_sub(host.reserve);
             overflow = overflow.max(est.total_bytes.saturating_sub(room));
         }
-        let ld = loads(model, &est, devs.len());
+        let ld = perf::loads(model, &params, &machine, &est);
         let mut host_perf = host.perf.clone();
         if let Some(&first) = used.first() {
             let g = &gpus[first];
@@ -1089,8 +1017,8 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         Source::Rule,
         format!(
             "roofline on profile peaks x efficiencies {}",
-            [gpu_eff_d, gpu_eff_p, cpu_eff_d, cpu_eff_p]
-                .iter()
+            [&gpu_eff_d, &gpu_eff_p, &cpu_eff_d, &cpu_eff_p]
+                .into_iter()
                 .flatten()
                 .map(|e| e.1.clone())
                 .collect::<Vec<_>>()
@@ -1106,6 +1034,19 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         );
     }
 
+    let chosen_cpu = cpu_perf(chosen.threads);
+    put(
+        &mut prov,
+        "hardware.cpu.profile",
+        Source::Heuristic,
+        format!(
+            "{class_id} chosen by architecture, SIMD features and {} physical cores; at {} threads: {:.0} GFLOPS FP32 peak, {:.1} GB/s memory bandwidth",
+            inv.cpu.physical_cores,
+            chosen.threads,
+            chosen_cpu.flops / 1e9,
+            chosen_cpu.bandwidth_bytes_per_s / 1e9
+        ),
+    );
     let sla = sla_checks(w, &chosen.prediction);
     for c in sla.iter().filter(|c| c.status == SlaStatus::Missed) {
         warnings.push(format!(

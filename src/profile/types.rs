@@ -129,6 +129,10 @@ pub struct CpuSpec {
     /// Peak FP32 GFLOPS per core per GHz (FMA width × 2 × units), for compute-bound estimates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp32_flops_per_cycle_per_core: Option<f64>,
+    /// DRAM bandwidth in GB/s one core pulls on its own: a CPU's decode is bound by threads × this (up to the
+    /// socket's peak), not by the socket's peak alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_per_core_gb_s: Option<f64>,
 }
 
 /// One device model, or one class of host CPU or SoC.
