@@ -1396,7 +1396,7 @@ fn twin(big_endian: bool, version: u32) -> Vec<u8> {
     b.kv_str("general.architecture", "llama");
     b.kv_str("general.name", "twin é");
     b.kv_u32("llama.block_count", 1);
-    b.kv_u64("llama.context_length", 1 << 33);
+    b.kv_u64("llama.u64", 1 << 33);
     b.kv_u16("llama.u16", 0x1234);
     b.kv_i32("llama.i32", -7);
     b.kv_f32("llama.rope.freq_base", 10000.5);
@@ -1433,7 +1433,7 @@ fn big_endian_file_reads_like_its_little_endian_twin() {
     assert!(be.big_endian);
     assert_eq!(be.gguf_version, Some(3));
     same_model(&le, &be);
-    assert_eq!(be.metadata["llama.context_length"], MetaValue::U64(1 << 33));
+    assert_eq!(be.metadata["llama.u64"], MetaValue::U64(1 << 33));
     assert_eq!(be.metadata["llama.u16"], MetaValue::U16(0x1234));
     assert_eq!(be.metadata["llama.i32"], MetaValue::I32(-7));
     assert_eq!(be.metadata["llama.rope.freq_base"], MetaValue::F32(10000.5));

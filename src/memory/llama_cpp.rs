@@ -306,7 +306,7 @@ pub fn row_size(t: GgmlType, n: u64) -> u64 {
 /// quantized cache type (llama-context.cpp L3851-3870 with flash attention; `ggml_row_size` asserts without).
 fn cache_row(which: &'static str, t: GgmlType, elements: u64) -> Result<u64, ParamError> {
     let block = t.block_elements().max(1);
-    if elements % block != 0 {
+    if !elements.is_multiple_of(block) {
         return Err(ParamError::CacheBlock {
             which,
             type_name: t.name(),
@@ -371,14 +371,16 @@ fn repacks_type(ty: GgmlType, ne1: u64, cpu_features: &[String]) -> bool {
     let (avx2, avx512) = (has("avx2"), has("avx512f"));
     let (neon, i8mm, dotprod) = (has("neon"), has("i8mm"), has("dotprod"));
     match ty {
-        GgmlType::Q4_0 => (avx2 && ne1 % 8 == 0) || (neon && (i8mm || dotprod) && ne1 % 4 == 0),
-        GgmlType::Q4_K => (avx2 || (neon && (i8mm || dotprod))) && ne1 % 8 == 0,
-        GgmlType::Q2_K => avx512 && ne1 % 8 == 0,
-        GgmlType::Q5_K | GgmlType::Q6_K => neon && (i8mm || dotprod) && ne1 % 8 == 0,
-        GgmlType::IQ4_NL | GgmlType::MXFP4 => {
-            (avx2 && ne1 % 8 == 0) || (neon && dotprod && ne1 % 4 == 0)
+        GgmlType::Q4_0 => {
+            (avx2 && ne1.is_multiple_of(8)) || (neon && (i8mm || dotprod) && ne1.is_multiple_of(4))
         }
-        GgmlType::Q8_0 | GgmlType::Q1_0 => neon && (i8mm || dotprod) && ne1 % 4 == 0,
+        GgmlType::Q4_K => (avx2 || (neon && (i8mm || dotprod))) && ne1.is_multiple_of(8),
+        GgmlType::Q2_K => avx512 && ne1.is_multiple_of(8),
+        GgmlType::Q5_K | GgmlType::Q6_K => neon && (i8mm || dotprod) && ne1.is_multiple_of(8),
+        GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            (avx2 && ne1.is_multiple_of(8)) || (neon && dotprod && ne1.is_multiple_of(4))
+        }
+        GgmlType::Q8_0 | GgmlType::Q1_0 => neon && (i8mm || dotprod) && ne1.is_multiple_of(4),
         _ => false,
     }
 }
