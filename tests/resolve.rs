@@ -127,8 +127,8 @@ fn fixture_machines_models_and_workloads() {
             n_batch: d.settings.batch_size,
             n_ubatch: d.settings.ubatch_size,
             n_parallel: d.settings.parallel,
-            type_k: GgmlType::Q8_0,
-            type_v: GgmlType::Q8_0,
+            type_k: GgmlType::F16,
+            type_v: GgmlType::F16,
             flash_attn: FlashAttn::On,
             n_gpu_layers: d.placement.gpu_layers as i32 + 1,
             ..Params::default()
@@ -143,7 +143,9 @@ fn fixture_machines_models_and_workloads() {
         },
     )
     .unwrap();
-    assert_eq!(d.settings.cache_type_k, "q8_0");
+    // The workload prefers f16 and it fits; q8_0 once won on a 3 % predicted gain (issue 8), below the kv-cache
+    // rule's threshold for giving up KV precision.
+    assert_eq!(d.settings.cache_type_k, "f16");
     // llama.cpp offloads from the last layer, the output layer first: -ngl N puts the output and N - 1 blocks
     // on the GPU.
     let ngl = d.placement.gpu_layers;
@@ -359,9 +361,13 @@ fn chosen_plans_fit_and_no_fitting_alternative_scores_better() {
         let d = plan_for(&spec, "case.gguf", &inv, w, &set);
         if d.status == Status::Fits {
             assert_fits(&d);
+            // A better-scoring alternative may lose only by quantizing the KV cache further than the workload's
+            // choice, which the kv-cache rules allow for memory, not for this gain, and it must say so.
             for a in d.alternatives.iter().filter(|a| a.fits) {
+                let same_kv = a.cache_type_k == d.settings.cache_type_k;
                 assert!(
-                    a.score >= d.performance.score * (1.0 - 0.011),
+                    a.score >= d.performance.score * (1.0 - 0.011)
+                        || (!same_kv && a.why.contains("KV cache")),
                     "case {case} ({w}): alternative {a:?} scores better than the chosen {}",
                     d.performance.score
                 );
@@ -496,9 +502,11 @@ fn command_exit_codes_files_and_explanations() {
     assert!(o.stdout.is_empty());
     let doc: serde_json::Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    // -c pins the context per sequence; the inference preset runs one sequence.
+    assert_eq!(doc["settings"]["context_per_sequence"], 2048);
     assert_eq!(doc["settings"]["context_length"], 2048);
     assert_eq!(
-        doc["provenance"]["settings.context_length"]["source"],
+        doc["provenance"]["settings.context_per_sequence"]["source"],
         "user"
     );
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())

@@ -1327,6 +1327,14 @@ fn why_lost(
     if m_c.len() > m_chosen.len() {
         return format!("misses workload {}'s SLA on {}", w.id, m_c.join(" and "));
     }
+    if c.params.type_k != chosen.params.type_k && c.score < chosen.score * (1.0 - TIE) {
+        return format!(
+            "scores {:.1} % better with a {} KV cache, but the workload prefers {} and the kv-cache rules do not trade KV precision for this gain",
+            (chosen.score - c.score) / chosen.score * 100.0,
+            c.params.type_k.name().to_lowercase(),
+            chosen.params.type_k.name().to_lowercase()
+        );
+    }
     if c.score <= chosen.score * (1.0 + TIE) {
         return format!(
             "ties on the objective and uses more memory ({:.2} vs {:.2} GiB)",

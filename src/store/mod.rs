@@ -382,7 +382,14 @@ impl Store {
             )
             .map_err(&e)?;
             ro.busy_timeout(busy).map_err(&e)?;
-            match inspect(&ro, path, true) {
+            // One read transaction for the whole inspection: outside one, every statement reads its own snapshot,
+            // and a concurrent first run committing its migration between the version read and the schema read
+            // looked like "version 0 with foreign tables" (20 simultaneous first runs, tests/store.rs).
+            let inspected = ro
+                .unchecked_transaction()
+                .map_err(&e)
+                .and_then(|tx| inspect(&tx, path, true));
+            match inspected {
                 Ok(found) => Some(found),
                 // A hot journal left by a crash: only a read-write connection may roll it back (SQLite's own
                 // recovery, restoring the last committed state); the checks then run inside the write lock.
