@@ -55,7 +55,7 @@ fn plan_for(
 }
 
 fn snapshot(name: &str, doc: &Deployment) {
-    let text = serde_yaml_ng::to_string(doc).unwrap();
+    let text = optimizer::yaml::to_string(doc).unwrap();
     let path = root()
         .join("tests/snapshots/resolve")
         .join(format!("{name}.yaml"));
