@@ -3,6 +3,11 @@
 //! built-in workload, yields values or typed errors: never a panic, an arithmetic overflow (debug assertions
 //! are on in fuzz builds), a hang or an unbounded allocation (libFuzzer's -rss_limit_mb and -timeout catch the
 //! last two). The inventory and workload are picked from the input's bytes, so the corpus covers them all.
+//!
+//! Run (seeded with the fixture GGUFs): `mkdir -p corpus/plan && cp ../tests/fixtures/gguf/*.gguf
+//! ../tests/fixtures/gguf/split/*.gguf corpus/plan/ && cargo fuzz run plan corpus/plan -- -max_total_time=600
+//! -rss_limit_mb=2048 -max_len=2000000`. First run (issue 8): 431,229 executions in 661 s, no crash, peak RSS
+//! 732 MiB (most of it the 505 MiB in-memory corpus).
 #![no_main]
 
 use std::path::Path;
