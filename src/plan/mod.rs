@@ -660,6 +660,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
     }
 
     let gpu_overhead = set.llama_cpp_gpu_overhead().0;
+    let defect: std::cell::RefCell<Option<String>> = std::cell::RefCell::new(None);
     let shape = |ub: u32, np: u32| Shape {
         prompt_tokens: w.prompt_tokens,
         generation_tokens: w.generation_tokens,
@@ -733,7 +734,14 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         }
         let est = match llama_cpp::estimate(model, &params, &machine) {
             Ok(e) => e,
-            Err(_) => return failed(params),
+            Err(e) => {
+                // A defect of the model (an out-of-range hyper-parameter, an overflow at any size) is no
+                // candidate that failed to fit: the planner stops and names the file (exit 4).
+                if e.is_model_defect() {
+                    defect.borrow_mut().get_or_insert_with(|| e.to_string());
+                }
+                return failed(params);
+            }
         };
         let host = Dev {
             perf: cpu_perf(threads),
@@ -851,6 +859,9 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 }
             }
         }
+    }
+    if let Some(d) = defect.take() {
+        return Err(PlanError::Model(d));
     }
     let (winner, kv_decision) = choose(&candidates, preferred_kv, &|t| kv_min_gain(set, t));
     let (chosen, status) = match winner {
