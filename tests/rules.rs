@@ -91,16 +91,16 @@ rules:
 "#,
     )]);
     let v = set
-        .efficiency(ReserveTarget::Gpu, RuntimeId::Vllm, Phase::Decode)
+        .efficiency(ReserveTarget::Gpu, RuntimeId::Vllm, Phase::Decode, None)
         .unwrap();
     assert_eq!(v.id, "gpu-decode-vllm");
     let l = set
-        .efficiency(ReserveTarget::Gpu, RuntimeId::LlamaCpp, Phase::Decode)
+        .efficiency(ReserveTarget::Gpu, RuntimeId::LlamaCpp, Phase::Decode, None)
         .unwrap();
     assert_eq!(l.id, "gpu-decode-llama-cpp");
     // vLLM has no prefill row of its own and no `any` row applies: none, not llama.cpp's.
     assert!(
-        set.efficiency(ReserveTarget::Gpu, RuntimeId::Vllm, Phase::Prefill)
+        set.efficiency(ReserveTarget::Gpu, RuntimeId::Vllm, Phase::Prefill, None)
             .is_none()
     );
 }
@@ -117,7 +117,7 @@ rules:
 "#,
     )]);
     let q = |r| {
-        set.efficiency(ReserveTarget::Gpu, r, Phase::Decode)
+        set.efficiency(ReserveTarget::Gpu, r, Phase::Decode, None)
             .map(|x| x.id.as_str())
     };
     assert_eq!(q(RuntimeId::LlamaCpp), Some("gpu-decode-llama-cpp"));
@@ -566,4 +566,37 @@ fn overlay_conflict_exits_4_naming_both_files() {
         "{err}"
     );
     assert!(o.stdout.is_empty());
+}
+
+/// An efficiency row with a compute-capability range refines the row without one for those GPUs only (the Hopper
+/// rows measured on an H100); a GPU of unknown capability and the CPU take the unranged rows.
+#[test]
+fn a_capability_efficiency_row_refines_the_generic_row() {
+    let set = builtin();
+    let q = |cc| {
+        set.efficiency(ReserveTarget::Gpu, RuntimeId::LlamaCpp, Phase::Decode, cc)
+            .map(|x| x.id.as_str())
+    };
+    assert_eq!(q(Some((9, 0))), Some("gpu-decode-llama-cpp-hopper"));
+    assert_eq!(q(Some((8, 9))), Some("gpu-decode-llama-cpp"));
+    assert_eq!(q(None), Some("gpu-decode-llama-cpp"));
+}
+
+#[test]
+fn two_capability_efficiency_rows_that_overlap_conflict() {
+    let (_, d) = overlay(vec![user(
+        "efficiency-hopper",
+        r#"
+kind: efficiency
+id: efficiency-hopper
+rules:
+  - {id: my-hopper-decode, device: gpu, runtime: llama.cpp, phase: decode, compute_capability: {min: "8.9"}, efficiency: 0.4, why: test, source: test}
+"#,
+    )]);
+    expect(
+        &d,
+        "user/rules/efficiency-hopper.yaml",
+        "/rules/0",
+        &["\"my-hopper-decode\"", "\"gpu-decode-llama-cpp-hopper\""],
+    );
 }

@@ -187,8 +187,13 @@ fn rule_reserve(
         .map_err(|e| PlanError::Profile(e.to_string()))
 }
 
-fn efficiency(set: &ProfileSet, device: ReserveTarget, phase: Phase) -> Option<(f64, String)> {
-    set.efficiency(device, RuntimeId::LlamaCpp, phase)
+fn efficiency(
+    set: &ProfileSet,
+    device: ReserveTarget,
+    phase: Phase,
+    cc: Option<(u32, u32)>,
+) -> Option<(f64, String)> {
+    set.efficiency(device, RuntimeId::LlamaCpp, phase, cc)
         .map(|r| (r.efficiency, r.id.clone()))
 }
 
@@ -420,10 +425,10 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
     // Devices: every GPU the inventory reports is either planned or listed with the reason it is not.
     let hw_profiles: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<_> = set.architectures().collect();
-    let gpu_eff_d = efficiency(set, ReserveTarget::Gpu, Phase::Decode);
-    let gpu_eff_p = efficiency(set, ReserveTarget::Gpu, Phase::Prefill);
-    let cpu_eff_d = efficiency(set, ReserveTarget::Cpu, Phase::Decode);
-    let cpu_eff_p = efficiency(set, ReserveTarget::Cpu, Phase::Prefill);
+    // Efficiency rule ids per device identity, for provenance.
+    let mut eff_rules: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let cpu_eff_d = efficiency(set, ReserveTarget::Cpu, Phase::Decode, None);
+    let cpu_eff_p = efficiency(set, ReserveTarget::Cpu, Phase::Prefill, None);
     let mut all_gpus: Vec<Dev> = Vec::new();
     let mut gpu_refs = Vec::new();
     for g in &inv.gpus {
@@ -521,6 +526,17 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
                 g.index, g.name
             ));
         }
+        let cc = g.compute_capability.as_deref().and_then(parse_capability);
+        let gpu_eff_d = efficiency(set, ReserveTarget::Gpu, Phase::Decode, cc);
+        let gpu_eff_p = efficiency(set, ReserveTarget::Gpu, Phase::Prefill, cc);
+        eff_rules.insert(
+            format!("{}:{}", backend.prefix(), g.index),
+            [&gpu_eff_d, &gpu_eff_p]
+                .into_iter()
+                .flatten()
+                .map(|e| e.1.clone())
+                .collect(),
+        );
         let (reserve, _) = rule_reserve(set, ReserveTarget::Gpu, g.memory_total_bytes)?;
         let id = format!("{}:{}", backend.prefix(), g.index);
         gpu_refs.push(gpu_ref(g, backend.prefix(), &profile_id, basis, true));
@@ -538,7 +554,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             capacity,
             reserve,
             backend: Some(backend),
-            compute_capability: g.compute_capability.as_deref().and_then(parse_capability),
+            compute_capability: cc,
         });
     }
     // One GPU backend per llama-server process: plan the backend with the most free memory, list the others.
@@ -1028,10 +1044,21 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
         Source::Rule,
         format!(
             "roofline on profile peaks x efficiencies {}",
-            [&gpu_eff_d, &gpu_eff_p, &cpu_eff_d, &cpu_eff_p]
+            chosen
+                .gpus
+                .iter()
+                .flat_map(|&i| eff_rules
+                    .get(&gpus[i].perf.name)
+                    .cloned()
+                    .unwrap_or_default())
+                .chain(
+                    [&cpu_eff_d, &cpu_eff_p]
+                        .into_iter()
+                        .flatten()
+                        .map(|e| e.1.clone())
+                )
+                .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
-                .flatten()
-                .map(|e| e.1.clone())
                 .collect::<Vec<_>>()
                 .join(", ")
         ),

@@ -257,13 +257,21 @@ impl ProfileSet {
         device: ReserveTarget,
         runtime: RuntimeId,
         phase: Phase,
+        cc: Option<Capability>,
     ) -> Option<&EfficiencyRule> {
+        // A GPU of unknown capability (and every CPU) takes only rows without a capability range.
         best(
-            self.efficiency_rules()
-                .filter(|r| r.device == device && r.phase == phase),
+            self.efficiency_rules().filter(|r| {
+                r.device == device
+                    && r.phase == phase
+                    && match cc {
+                        Some(cc) => r.compute_capability.contains(cc),
+                        None => r.compute_capability.is_open(),
+                    }
+            }),
             runtime,
             |r| r.runtime,
-            |_| 0,
+            |r| u64::from(!r.compute_capability.is_open()),
         )
     }
 

@@ -553,6 +553,10 @@ pub struct EfficiencyRule {
     pub device: ReserveTarget,
     pub runtime: RuntimeId,
     pub phase: Phase,
+    /// GPU rows only: the compute capabilities the row was measured on; absent: every GPU. A row with a range
+    /// is more specific than one without, and wins where both apply.
+    #[serde(default, skip_serializing_if = "CapabilityRange::is_open")]
+    pub compute_capability: CapabilityRange,
     /// Achieved / peak: bandwidth for decode, dense tensor (GPU) or vector (CPU) FLOPS for prefill.
     pub efficiency: f64,
     pub why: String,

@@ -883,9 +883,15 @@ fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
         &efficiency,
         |r| &r.id,
         |a, b| {
-            (a.device == b.device && a.runtime == b.runtime && a.phase == b.phase).then(|| {
+            // A row with a capability range refines one without; two rows at the same level must not overlap.
+            (a.device == b.device
+                && a.runtime == b.runtime
+                && a.phase == b.phase
+                && a.compute_capability.is_open() == b.compute_capability.is_open()
+                && a.compute_capability.overlaps(&b.compute_capability))
+            .then(|| {
                 format!(
-                    "both give the {} {:?} efficiency on a {:?}",
+                    "both give the {} {:?} efficiency on a {:?} for overlapping compute capabilities",
                     a.runtime, a.phase, a.device
                 )
             })
