@@ -467,3 +467,33 @@ fn out_of_range_flags_exit_2_and_write_nothing() {
         assert!(o.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// `-ts nan,1`, `-ts 1,-1` and `-ts 0,0` were accepted by `estimate`; each is a usage error now.
+#[test]
+fn estimate_refuses_tensor_splits_that_mean_nothing() {
+    for ts in ["nan,1", "1,-1", "0,0", "inf,1"] {
+        let o = bin()
+            .args(["estimate", "-m"])
+            .arg(root().join("tests/fixtures/gguf/llama-q4_k_m.gguf"))
+            .args(["--hardware", "2x:rtx-3090", "-ngl", "99"])
+            .arg(format!("-ts={ts}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "-ts {ts}: {err}");
+        assert!(err.contains("-ts"), "-ts {ts}: {err}");
+        assert!(o.stdout.is_empty(), "-ts {ts}");
+    }
+    let o = bin()
+        .args(["estimate", "-m"])
+        .arg(root().join("tests/fixtures/gguf/llama-q4_k_m.gguf"))
+        .args(["--hardware", "2x:rtx-3090", "-ngl", "99", "-ts=3,1"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

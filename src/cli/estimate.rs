@@ -174,15 +174,15 @@ pub fn parse_hardware(h: &str) -> Result<(u32, String), Failure> {
     }
 }
 
-/// `-ts` proportions: finite, non-negative, not all zero (llama.cpp would divide by their sum).
+/// `-ts` proportions that are all zero: llama.cpp then falls back to splitting by free memory, which is not
+/// what a user who wrote a split meant. (Non-finite and negative values are the memory model's check,
+/// `ParamError::TensorSplitValue`.)
 fn tensor_split(ts: &[f64]) -> Result<Vec<f64>, Failure> {
-    if ts.iter().any(|x| !x.is_finite() || *x < 0.0)
-        || (!ts.is_empty() && ts.iter().all(|x| *x == 0.0))
-    {
+    if !ts.is_empty() && ts.iter().all(|x| *x == 0.0) {
         return Err(Failure::new(
             exit::USAGE,
             anyhow::anyhow!(
-                "-ts {}: proportions must be finite, non-negative and not all zero",
+                "-ts {}: every proportion is zero; give at least one positive share",
                 ts.iter().map(f64::to_string).collect::<Vec<_>>().join(",")
             ),
         ));

@@ -82,9 +82,10 @@ pub enum PlanError {
 /// denser ones while bounding the placement search, which grows with the GPU count.
 pub const MAX_GPUS: usize = 64;
 
-/// Longest context per sequence: llama.cpp positions are `int32_t` (`llama_pos`), so a sequence cannot hold more
-/// than 2^31 - 1 tokens.
-pub const MAX_CONTEXT_PER_SEQUENCE: u32 = i32::MAX as u32;
+/// Longest context per sequence: the whole `-c` is an `int32_t` in llama.cpp (and positions are `llama_pos`,
+/// int32), so one sequence cannot hold more either. A total over slots above it (a saturated product included)
+/// is refused by the memory model's own `-c` bound, and that candidate does not fit.
+pub const MAX_CONTEXT_PER_SEQUENCE: u32 = llama_cpp::MAX_CTX_FLAG;
 
 /// The llama.cpp GPU backend a device is driven by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -744,10 +745,6 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
             score: f64::INFINITY,
             knee: 0.0,
         };
-        // Total cells over u32 cannot be expressed as llama.cpp's -c.
-        if u64::from(ctx_seq) * u64::from(np) > u64::from(u32::MAX) {
-            return failed(params);
-        }
         let est = match llama_cpp::estimate(model, &params, &machine) {
             Ok(e) => e,
             Err(e) => {
