@@ -11,13 +11,16 @@
 //! wrong fit, on every row. predictions-before.json holds what the model before the fix predicted (commit
 //! d574c78), printed beside the new figures.
 
+mod common;
+use common::build;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use optimizer::hardware::{self, Inventory};
 use optimizer::memory::llama_cpp::{self, FlashAttn, Machine, Params};
-use optimizer::model::gguf_builder::{GgufBuilder, LlamaShape, synthetic_llama, write_sparse};
-use optimizer::model::{self, GgmlType, ModelSpec, TypeReading};
+use optimizer::model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
+use optimizer::model::{self, ModelSpec};
 use optimizer::perf::{self, Shape};
 use optimizer::plan::{self, Inputs, Measurements, Overrides};
 use optimizer::profile::{self, ContextPolicy, Phase, ProfileSet, ReserveTarget, RuntimeId};
@@ -37,52 +40,6 @@ fn dir() -> PathBuf {
 
 fn read(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join(name)).unwrap()).unwrap()
-}
-
-fn type_id(name: &str) -> u32 {
-    (0..64)
-        .find(|&id| GgmlType::from_id(id, TypeReading::Upstream).is_some_and(|t| t.name() == name))
-        .unwrap_or_else(|| panic!("unknown type {name}"))
-}
-
-/// The benched model rebuilt sparse from its tensor table (the speed model needs shapes and types, not data).
-fn build(m: &Value, path: &Path) -> ModelSpec {
-    let mut b = GgufBuilder::new();
-    for kv in m["metadata"].as_array().unwrap() {
-        let key = kv["key"].as_str().unwrap();
-        let v = &kv["value"];
-        match kv["type"].as_str().unwrap() {
-            "STRING" => {
-                b.kv_str(key, v.as_str().unwrap());
-            }
-            "UINT32" => {
-                b.kv_u32(key, v.as_u64().unwrap() as u32);
-            }
-            "FLOAT32" => {
-                b.kv_f32(key, v.as_f64().unwrap() as f32);
-            }
-            // Tokenizer arrays do not enter the speed model; the vocabulary size is a key of its own.
-            _ => {}
-        }
-    }
-    for t in m["tensors"].as_array().unwrap() {
-        let ne: Vec<u64> = t["ne"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap())
-            .collect();
-        let id = type_id(t["type"].as_str().unwrap());
-        let ty = GgmlType::from_id(id, TypeReading::Upstream).unwrap();
-        b.tensor(
-            t["name"].as_str().unwrap(),
-            &ne,
-            id,
-            ty.tensor_bytes(&ne).unwrap(),
-        );
-    }
-    write_sparse(&b, path).unwrap();
-    model::load(path).unwrap()
 }
 
 fn efficiency(set: &ProfileSet, phase: Phase) -> f64 {

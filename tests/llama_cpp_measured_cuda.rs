@@ -8,12 +8,14 @@
 //! part is printed; the assertions are what the model meets today, and the parts it does not meet are listed in
 //! `KNOWN_GPU_GAPS` with the measured figures.
 
+mod common;
+use common::build;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use optimizer::memory::llama_cpp::{FlashAttn, GpuTarget, Machine, Params, estimate};
-use optimizer::model::gguf_builder::{GgufBuilder, value_type as vt, write_sparse};
-use optimizer::model::{self, GgmlType, ModelSpec, TypeReading};
+use optimizer::model::{GgmlType, ModelSpec};
 use serde_json::Value;
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -63,66 +65,6 @@ fn dir() -> std::path::PathBuf {
 
 fn read(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join(name)).unwrap()).unwrap()
-}
-
-fn type_id(name: &str) -> u32 {
-    (0..64)
-        .find(|&id| GgmlType::from_id(id, TypeReading::Upstream).is_some_and(|t| t.name() == name))
-        .unwrap_or_else(|| panic!("unknown type {name}"))
-}
-
-/// Writes the model described in models.json as a sparse GGUF and reads it back (the vocabulary arrays are
-/// written with their lengths only: their contents do not enter the memory model).
-fn build(m: &Value, path: &Path) -> ModelSpec {
-    let mut b = GgufBuilder::new();
-    for kv in m["metadata"].as_array().unwrap() {
-        let key = kv["key"].as_str().unwrap();
-        let v = &kv["value"];
-        match kv["type"].as_str().unwrap() {
-            "STRING" => {
-                b.kv_str(key, v.as_str().unwrap());
-            }
-            "UINT32" => {
-                b.kv_u32(key, v.as_u64().unwrap() as u32);
-            }
-            "FLOAT32" => {
-                b.kv_f32(key, v.as_f64().unwrap() as f32);
-            }
-            "ARRAY" => {
-                let len = kv["length"].as_u64().unwrap();
-                let (et, elem): (u32, Vec<u8>) = match kv["item_type"].as_str().unwrap() {
-                    "STRING" => (vt::STRING, b.string_bytes(b"t")),
-                    "FLOAT32" => (vt::FLOAT32, 0f32.to_le_bytes().to_vec()),
-                    "INT32" => (vt::INT32, 1i32.to_le_bytes().to_vec()),
-                    other => panic!("array of {other}"),
-                };
-                let mut bytes = b.array_header(et, len);
-                for _ in 0..len {
-                    bytes.extend_from_slice(&elem);
-                }
-                b.kv_raw(key.as_bytes(), vt::ARRAY, &bytes);
-            }
-            other => panic!("value type {other}"),
-        }
-    }
-    for t in m["tensors"].as_array().unwrap() {
-        let ne: Vec<u64> = t["ne"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap())
-            .collect();
-        let id = type_id(t["type"].as_str().unwrap());
-        let ty = GgmlType::from_id(id, TypeReading::Upstream).unwrap();
-        b.tensor(
-            t["name"].as_str().unwrap(),
-            &ne,
-            id,
-            ty.tensor_bytes(&ne).unwrap(),
-        );
-    }
-    write_sparse(&b, path).unwrap();
-    model::load(path).unwrap()
 }
 
 fn cfg<'a>(row: &'a Value, flag: &str) -> Option<&'a str> {
