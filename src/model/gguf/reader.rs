@@ -164,30 +164,9 @@ impl<R: BufRead + Seek> Reader<R> {
             vt::UINT64 => MetaValue::U64(self.u64()?),
             vt::INT64 => MetaValue::I64(self.u64()? as i64),
             vt::FLOAT64 => MetaValue::F64(f64::from_bits(self.u64()?)),
-            vt::BOOL => match self.u8()? {
-                0 => MetaValue::Bool(false),
-                1 => MetaValue::Bool(true),
-                value => {
-                    return Err((
-                        at,
-                        Defect::InvalidBool {
-                            key: key.into(),
-                            value,
-                        },
-                    ));
-                }
-            },
+            vt::BOOL => MetaValue::Bool(self.bool(key)?),
             vt::STRING => {
-                let len = self.u64()?;
-                if len > MAX_STRING_LEN {
-                    return Err((
-                        at,
-                        Defect::StringTooLong {
-                            len,
-                            limit: MAX_STRING_LEN,
-                        },
-                    ));
-                }
+                let len = self.string_len()?;
                 if len <= MAX_INLINE_STRING && self.charge(len + VALUE_HEAP_BYTES) {
                     MetaValue::String(self.string_of(len)?)
                 } else {
@@ -210,7 +189,41 @@ impl<R: BufRead + Seek> Reader<R> {
         Ok(v)
     }
 
-    fn array_value(&mut self, key: &str, depth: u32) -> Res<MetaValue> {
+    /// A boolean: one byte, 0 or 1, as ggml requires.
+    fn bool(&mut self, key: &str) -> Res<bool> {
+        let at = self.pos;
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            value => Err((
+                at,
+                Defect::InvalidBool {
+                    key: key.into(),
+                    value,
+                },
+            )),
+        }
+    }
+
+    /// A string's length prefix, within ggml's cap.
+    fn string_len(&mut self) -> Res<u64> {
+        let at = self.pos;
+        let len = self.u64()?;
+        if len > MAX_STRING_LEN {
+            return Err((
+                at,
+                Defect::StringTooLong {
+                    len,
+                    limit: MAX_STRING_LEN,
+                },
+            ));
+        }
+        Ok(len)
+    }
+
+    /// An array's element type and count, checked against the nesting limit, the element cap and the bytes
+    /// left in the file.
+    fn array_header(&mut self, key: &str, depth: u32) -> Res<(u32, u64)> {
         let at = self.pos;
         if depth >= MAX_ARRAY_DEPTH {
             return Err((
@@ -243,6 +256,11 @@ impl<R: BufRead + Seek> Reader<R> {
             ));
         }
         self.fits("array", count, min)?;
+        Ok((et, count))
+    }
+
+    fn array_value(&mut self, key: &str, depth: u32) -> Res<MetaValue> {
+        let (et, count) = self.array_header(key, depth)?;
         let start = self.pos;
         let materialize = count <= MAX_MATERIALIZED_ARRAY && self.charge(count * VALUE_HEAP_BYTES);
         if materialize {
@@ -333,60 +351,12 @@ impl<R: BufRead + Seek> Reader<R> {
         let at = self.pos;
         match t {
             vt::STRING => {
-                let len = self.u64()?;
-                if len > MAX_STRING_LEN {
-                    return Err((
-                        at,
-                        Defect::StringTooLong {
-                            len,
-                            limit: MAX_STRING_LEN,
-                        },
-                    ));
-                }
+                let len = self.string_len()?;
                 self.skip(len)
             }
-            vt::BOOL => match self.u8()? {
-                0 | 1 => Ok(()),
-                value => Err((
-                    at,
-                    Defect::InvalidBool {
-                        key: key.into(),
-                        value,
-                    },
-                )),
-            },
+            vt::BOOL => self.bool(key).map(|_| ()),
             vt::ARRAY => {
-                if depth >= MAX_ARRAY_DEPTH {
-                    return Err((
-                        at,
-                        Defect::ArrayTooDeep {
-                            key: key.into(),
-                            limit: MAX_ARRAY_DEPTH,
-                        },
-                    ));
-                }
-                let et = self.u32()?;
-                let Some(min) = vt::min_size(et) else {
-                    return Err((
-                        at,
-                        Defect::UnknownValueType {
-                            key: key.into(),
-                            type_id: et,
-                        },
-                    ));
-                };
-                let count = self.u64()?;
-                if count > MAX_ARRAY_ELEMENTS {
-                    return Err((
-                        at,
-                        Defect::TooMany {
-                            what: "array element",
-                            count,
-                            limit: MAX_ARRAY_ELEMENTS,
-                        },
-                    ));
-                }
-                self.fits("array", count, min)?;
+                let (et, count) = self.array_header(key, depth)?;
                 self.skip_elements(key, et, count, depth)
             }
             _ => match vt::fixed_size(t) {
