@@ -58,15 +58,11 @@ type R<T> = Result<T, String>;
 
 /// Parses `config.json` bytes. `path` is used for messages only.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<HfConfig, ModelError> {
-    let root: Value = serde_json::from_slice(bytes).map_err(|e| ModelError::Invalid {
-        path: path.to_path_buf(),
-        offset: json_error_offset(bytes, &e),
-        defect: Defect::Config(format!("invalid JSON: {}", json_error_message(&e))),
+    let root: Value = serde_json::from_slice(bytes).map_err(|e| {
+        let defect = Defect::Config(format!("invalid JSON: {}", json_error_message(&e)));
+        ModelError::at(path, (json_error_offset(bytes, &e), defect))
     })?;
-    parse_value(&root).map_err(|msg| ModelError::InvalidModel {
-        path: path.to_path_buf(),
-        defect: Defect::Config(msg),
-    })
+    parse_value(&root).map_err(|msg| ModelError::model(path, Defect::Config(msg)))
 }
 
 fn parse_value(root: &Value) -> R<HfConfig> {

@@ -13,6 +13,7 @@ use super::{
     MAX_TENSOR_NAME, MAX_TENSORS, MIN_KV_BYTES, MIN_TENSOR_INFO_BYTES, MetaValue, ModelError,
     VALUE_HEAP_BYTES,
 };
+use crate::model::source;
 
 /// One tensor-info record before its type id is interpreted.
 #[derive(Debug, Clone)]
@@ -277,18 +278,9 @@ pub fn parse_header_bytes(bytes: &[u8]) -> Result<Header, (u64, Defect)> {
 }
 
 pub(super) fn read_file_header(path: &Path) -> Result<Header, ModelError> {
-    let io = |source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     // A FIFO or a device is refused here instead of blocking or streaming without end.
-    let file = crate::input::open_regular(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    let (file, len) = source::open(path)?;
     // 256 KiB buffer: headers are read front to back, and long string arrays are walked through the buffer.
     let src = BufReader::with_capacity(256 << 10, file);
-    parse_header(src, len).map_err(|(offset, defect)| ModelError::Invalid {
-        path: path.to_path_buf(),
-        offset,
-        defect,
-    })
+    parse_header(src, len).map_err(|e| ModelError::at(path, e))
 }

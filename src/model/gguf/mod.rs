@@ -93,11 +93,7 @@ const VALUE_HEAP_BYTES: u64 = std::mem::size_of::<MetaValue>() as u64;
 /// Reads a single-file GGUF model from memory; `path` only names it in messages. The fuzz target and the
 /// truncation tests use this: it runs every check [`load`] runs on one file.
 pub fn load_bytes(bytes: &[u8], path: &Path) -> Result<ModelSpec, ModelError> {
-    let header = parse_header_bytes(bytes).map_err(|(offset, defect)| ModelError::Invalid {
-        path: path.to_path_buf(),
-        offset,
-        defect,
-    })?;
+    let header = parse_header_bytes(bytes).map_err(|e| ModelError::at(path, e))?;
     let paths = [path.to_path_buf()];
     let headers = vec![header];
     check_split(&paths, &headers)?;
@@ -201,21 +197,17 @@ fn build_spec(paths: &[PathBuf], headers: Vec<Header>) -> Result<ModelSpec, Mode
     }
     let hparams = hparams_from_metadata(&architecture, &metadata, &tensors);
     if let Some(n) = hparams.block_count.filter(|&n| n > super::MAX_BLOCKS) {
-        return Err(ModelError::InvalidModel {
-            path: paths[0].clone(),
-            defect: Defect::TooMany {
+        return Err(ModelError::model(
+            &paths[0],
+            Defect::TooMany {
                 what: "block (layer)",
                 count: n,
                 limit: super::MAX_BLOCKS,
             },
-        });
+        ));
     }
-    super::check_hparams(Format::Gguf, &architecture, &hparams, &metadata).map_err(|defect| {
-        ModelError::InvalidModel {
-            path: paths[0].clone(),
-            defect,
-        }
-    })?;
+    super::check_hparams(Format::Gguf, &architecture, &hparams, &metadata)
+        .map_err(|d| ModelError::model(&paths[0], d))?;
     let file_type = metadata
         .get("general.file_type")
         .and_then(MetaValue::as_u64)

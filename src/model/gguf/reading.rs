@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use super::header::Header;
+use crate::model::source;
 use crate::model::{Defect, GgmlType, MetaValue, ModelError, TypeReading};
 
 /// Each tensor's resolved type and byte size, per shard.
@@ -83,26 +84,7 @@ fn check_layout(header: &Header, sizes: &[(GgmlType, u64)]) -> Result<(), (u64, 
                 },
             ));
         }
-        if t.offset < expected {
-            return Err((
-                t.record_offset,
-                Defect::OverlappingTensor {
-                    name: t.name.clone(),
-                    offset: t.offset,
-                    previous_end: expected,
-                },
-            ));
-        }
-        if t.offset > expected {
-            return Err((
-                t.record_offset,
-                Defect::TensorGap {
-                    name: t.name.clone(),
-                    offset: t.offset,
-                    expected,
-                },
-            ));
-        }
+        source::check_contiguous(&t.name, t.offset, expected).map_err(|d| (t.record_offset, d))?;
         let overflow = || {
             (
                 t.record_offset,
@@ -200,9 +182,5 @@ pub(super) fn resolve_model_types(
         }
     }
     let (i, offset, defect) = first_err;
-    Err(ModelError::Invalid {
-        path: paths[i].clone(),
-        offset,
-        defect,
-    })
+    Err(ModelError::at(&paths[i], (offset, defect)))
 }

@@ -23,10 +23,7 @@ pub fn split_name(path: &Path) -> Option<(String, u64, u64)> {
 }
 
 pub(super) fn split_err(path: &Path, msg: String) -> ModelError {
-    ModelError::InvalidModel {
-        path: path.to_path_buf(),
-        defect: Defect::Split(msg),
-    }
+    ModelError::model(path, Defect::Split(msg))
 }
 
 pub(super) fn check_split(paths: &[PathBuf], headers: &[Header]) -> Result<(), ModelError> {

@@ -10,10 +10,11 @@ use std::path::Path;
 use serde::de::DeserializeSeed;
 
 use super::super::hf_config::{json_error_message, json_error_offset};
+use super::super::source;
 use super::stream::{Ctx, HeaderSeed, ParseState};
 use super::{
     Defect, LENGTH_PREFIX_BYTES, MAX_HEADER_BYTES, MAX_STRING_BYTES, METADATA_KEY, ModelError,
-    StDtype, invalid, io_err,
+    StDtype,
 };
 
 /// One tensor entry of a header, validated.
@@ -244,26 +245,7 @@ fn validate(json: &[u8], tensors: &mut [RawTensor], data_offset: u64, data_bytes
     order.sort_unstable_by_key(|t| (t.begin, t.end));
     let mut expected = 0u64;
     for t in order {
-        if t.begin < expected {
-            return Err((
-                entry_at(&t.name),
-                Defect::OverlappingTensor {
-                    name: t.name.clone(),
-                    offset: t.begin,
-                    previous_end: expected,
-                },
-            ));
-        }
-        if t.begin > expected {
-            return Err((
-                entry_at(&t.name),
-                Defect::TensorGap {
-                    name: t.name.clone(),
-                    offset: t.begin,
-                    expected,
-                },
-            ));
-        }
+        source::check_contiguous(&t.name, t.begin, expected).map_err(|d| (entry_at(&t.name), d))?;
         expected = t.end;
     }
     if expected != data_bytes {
@@ -326,16 +308,14 @@ fn locate_entry(json: &[u8], name: &str) -> u64 {
 /// Reads the length prefix and header of one file (never its data) and validates them.
 pub fn read_header(path: &Path) -> Result<Header, ModelError> {
     let (json, file_bytes) = read_header_json(path)?;
-    parse_json_header(&json, file_bytes).map_err(|e| invalid(path, e))
+    parse_json_header(&json, file_bytes).map_err(|e| ModelError::at(path, e))
 }
 
 fn read_header_json(path: &Path) -> Result<(Vec<u8>, u64), ModelError> {
     // A directory named like a .safetensors file, a FIFO or a device is refused before any read.
-    let mut file = crate::input::open_regular(path).map_err(io_err(path))?;
-    let meta = file.metadata().map_err(io_err(path))?;
-    let file_bytes = meta.len();
+    let (mut file, file_bytes) = source::open(path)?;
     if file_bytes < LENGTH_PREFIX_BYTES {
-        return Err(invalid(
+        return Err(ModelError::at(
             path,
             (
                 0,
@@ -348,13 +328,13 @@ fn read_header_json(path: &Path) -> Result<(Vec<u8>, u64), ModelError> {
     }
     let mut prefix = [0u8; 8];
     file.read_exact(&mut prefix)
-        .map_err(|e| invalid(path, (0, Defect::ReadFailed(e.to_string()))))?;
+        .map_err(|e| ModelError::at(path, (0, Defect::ReadFailed(e.to_string()))))?;
     let header_bytes = u64::from_le_bytes(prefix);
-    check_length(header_bytes, file_bytes).map_err(|e| invalid(path, e))?;
+    check_length(header_bytes, file_bytes).map_err(|e| ModelError::at(path, e))?;
     // Bounded by MAX_HEADER_BYTES and by the file's length, both checked above.
     let mut json = vec![0u8; header_bytes as usize];
     file.read_exact(&mut json).map_err(|e| {
-        invalid(
+        ModelError::at(
             path,
             (LENGTH_PREFIX_BYTES, Defect::ReadFailed(e.to_string())),
         )

@@ -9,10 +9,8 @@ use std::path::Path;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::super::hf_config::{json_error_message, json_error_offset};
-use super::{
-    Defect, MAX_FILES, MAX_INDEX_BYTES, MAX_TENSORS, ModelError, RawTensor, invalid, invalid_model,
-    read_bounded,
-};
+use super::super::source::read_bounded;
+use super::{Defect, MAX_FILES, MAX_INDEX_BYTES, MAX_TENSORS, ModelError, RawTensor};
 
 /// A parsed `*.safetensors.index.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,7 +25,7 @@ pub struct Index {
 
 /// Parses index bytes. `path` is for messages.
 pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, ModelError> {
-    let index_err = |msg: String| invalid_model(path, Defect::Index(msg));
+    let index_err = |msg: String| ModelError::model(path, Defect::Index(msg));
     let mut limit_hit = None;
     let raw = {
         let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -44,7 +42,7 @@ pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, ModelError> {
             let defect = limit_hit.unwrap_or_else(|| {
                 Defect::Index(format!("invalid JSON: {}", json_error_message(&e)))
             });
-            return Err(invalid(path, (offset, defect)));
+            return Err(ModelError::at(path, (offset, defect)));
         }
     };
     let Some(mut entries) = raw.weight_map else {
@@ -71,7 +69,7 @@ pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, ModelError> {
     files.sort_unstable();
     files.dedup();
     if files.len() as u64 > MAX_FILES {
-        return Err(invalid_model(
+        return Err(ModelError::model(
             path,
             Defect::TooMany {
                 what: "shard files",
@@ -276,7 +274,7 @@ pub(super) fn check_index(
     idx: &Index,
     all: &[(u32, &RawTensor)],
 ) -> Result<(), ModelError> {
-    let err = |msg: String| invalid_model(index_path, Defect::Index(msg));
+    let err = |msg: String| ModelError::model(index_path, Defect::Index(msg));
     let file = |i: u32| idx.files.get(i as usize).map_or("?", String::as_str);
     // Both lists are sorted by name and free of duplicates: one merge walk.
     let (mut a, mut b) = (all.iter().peekable(), idx.weight_map.iter().peekable());

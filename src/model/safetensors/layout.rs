@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::index::read_index;
 use super::{
     CONFIG_FILE, Defect, INDEX_FILE, INDEX_SUFFIX, Index, MAX_FILES, ModelError, SINGLE_FILE,
-    WEIGHTS_SUFFIX, invalid_model, io_err,
+    WEIGHTS_SUFFIX,
 };
 
 /// Where a model's tensors are.
@@ -88,8 +88,8 @@ fn index_candidates(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
 /// Names of the plain files in `dir`, bounded by [`MAX_FILES`] relevant entries.
 fn dir_names(dir: &Path) -> Result<Vec<String>, ModelError> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
+    for entry in std::fs::read_dir(dir).map_err(ModelError::io(dir))? {
+        let entry = entry.map_err(ModelError::io(dir))?;
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
@@ -97,7 +97,7 @@ fn dir_names(dir: &Path) -> Result<Vec<String>, ModelError> {
             continue;
         }
         if out.len() as u64 >= MAX_FILES {
-            return Err(invalid_model(
+            return Err(ModelError::model(
                 dir,
                 Defect::TooMany {
                     what: "safetensors files in the directory",
@@ -133,7 +133,7 @@ pub(super) fn layout_of_dir(dir: &Path) -> Result<Layout, ModelError> {
         .map(|n| dir.join(n))
         .collect();
     if files.is_empty() {
-        return Err(invalid_model(
+        return Err(ModelError::model(
             dir,
             Defect::UnknownFormat(format!(
                 "the directory holds no {INDEX_FILE}, no {SINGLE_FILE} and no other *.safetensors file"

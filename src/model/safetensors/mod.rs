@@ -31,10 +31,10 @@ mod packing;
 mod stream;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 
 use super::hf_config::{self, HfConfig};
+use super::source::read_bounded;
 use super::{
     Defect, Dtype, Format, MetaValue, ModelError, ModelFile, ModelSpec, Quantization, TensorInfo,
     classify_tensor,
@@ -90,57 +90,12 @@ const WEIGHTS_SUFFIX: &str = ".safetensors";
 /// The reserved header key for the free-form string map.
 const METADATA_KEY: &str = "__metadata__";
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
-    move |source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn invalid(path: &Path, (offset, defect): (u64, Defect)) -> ModelError {
-    ModelError::Invalid {
-        path: path.to_path_buf(),
-        offset,
-        defect,
-    }
-}
-
-fn invalid_model(path: &Path, defect: Defect) -> ModelError {
-    ModelError::InvalidModel {
-        path: path.to_path_buf(),
-        defect,
-    }
-}
-
-/// Reads a whole small file (index, config) of at most `limit` bytes.
-pub(crate) fn read_bounded(
-    path: &Path,
-    limit: u64,
-    what: &'static str,
-) -> Result<Vec<u8>, ModelError> {
-    let file = crate::input::open_regular(path).map_err(io_err(path))?;
-    let len = file.metadata().map_err(io_err(path))?.len();
-    let too_big = |count| invalid(path, (0, Defect::TooMany { what, count, limit }));
-    if len > limit {
-        return Err(too_big(len));
-    }
-    let mut buf = Vec::with_capacity(len as usize);
-    // `take` guards against a file that grew since `metadata`.
-    file.take(limit + 1)
-        .read_to_end(&mut buf)
-        .map_err(io_err(path))?;
-    if buf.len() as u64 > limit {
-        return Err(too_big(buf.len() as u64));
-    }
-    Ok(buf)
-}
-
 /// Reads a safetensors model: a `.safetensors` file (the whole model when a `*.safetensors.index.json` beside
 /// it lists the file), a `*.safetensors.index.json`, `config.json` (its directory), or a directory (preferring
 /// `model.safetensors.index.json`, then `model.safetensors`, then every `*.safetensors` in it, sorted).
 /// `config.json` is read from the same directory when present.
 pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
-    let meta = std::fs::metadata(path).map_err(io_err(path))?;
+    let meta = std::fs::metadata(path).map_err(ModelError::io(path))?;
     let layout = if meta.is_dir() {
         layout_of_dir(path)?
     } else {
@@ -165,7 +120,7 @@ fn build(layout: Layout) -> Result<ModelSpec, ModelError> {
     if let Some((index_path, idx)) = &index {
         for (name, f) in idx.files.iter().zip(&files) {
             if !f.is_file() {
-                return Err(invalid_model(
+                return Err(ModelError::model(
                     index_path,
                     Defect::Index(format!(
                         "weight_map names {name:?}, which is not a file in {}",
@@ -181,7 +136,7 @@ fn build(layout: Layout) -> Result<ModelSpec, ModelError> {
         let h = read_header(f)?;
         total = total.saturating_add(h.tensors.len() as u64);
         if total > MAX_TENSORS {
-            return Err(invalid_model(
+            return Err(ModelError::model(
                 f,
                 Defect::TooMany {
                     what: "tensors in the model",
@@ -203,7 +158,7 @@ fn build(layout: Layout) -> Result<ModelSpec, ModelError> {
         let (first, second) = (w[0].0 as usize, w[1].0 as usize);
         let name = w[1].1.name.clone();
         let (Some(first_path), Some(second_path)) = (files.get(first), files.get(second)) else {
-            return Err(invalid_model(&dir, Defect::DuplicateTensor(name)));
+            return Err(ModelError::model(&dir, Defect::DuplicateTensor(name)));
         };
         return Err(ModelError::Invalid {
             offset: entry_offset(second_path, &name),
@@ -252,7 +207,7 @@ fn build(layout: Layout) -> Result<ModelSpec, ModelError> {
         None => ("unknown".into(), None, Default::default()),
     };
     super::check_hparams(Format::Safetensors, &architecture, &hparams, &metadata)
-        .map_err(|d| invalid_model(&dir.join(CONFIG_FILE), d))?;
+        .map_err(|d| ModelError::model(&dir.join(CONFIG_FILE), d))?;
     Ok(super::assemble(
         Format::Safetensors,
         None,
