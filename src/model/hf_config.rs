@@ -20,7 +20,10 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::{Defect, Hparams, ModelError, PerLayer, Quantization, Rope, Ssm};
+use super::{
+    Defect, GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, Hparams, ModelError, PerLayer, Quantization,
+    Rope, Ssm, swa_layers_with_period,
+};
 
 /// Size of `config.json`. Published configs are 1–10 KiB; the largest (vision-language models with label maps
 /// and nested sub-configs) stay under 200 KiB. 4 MiB bounds the parsed JSON tree to a few tens of MiB.
@@ -29,8 +32,6 @@ pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 pub const MAX_BLOCK_COUNT: u64 = super::MAX_BLOCKS;
 /// `Qwen2Config.max_window_layers` default (transformers `configuration_qwen2.py`).
 const QWEN2_DEFAULT_MAX_WINDOW_LAYERS: u64 = 28;
-/// `Gemma3TextConfig.sliding_window_pattern` default: five local layers, then one global.
-const GEMMA3_DEFAULT_SWA_PERIOD: u64 = 6;
 /// `Cohere2Config.sliding_window_pattern` default: three local layers, then one global.
 const COHERE2_DEFAULT_SWA_PERIOD: u64 = 4;
 /// Mamba's `time_step_rank: "auto"` means `ceil(hidden_size / 16)` (`MambaConfig`).
@@ -231,7 +232,7 @@ fn sliding_window(
         if period == 0 {
             return Err("key \"sliding_window_pattern\" must be at least 1, found 0".into());
         }
-        (0..n).map(|il| il % period < period - 1).collect()
+        swa_layers_with_period(n, period)
     } else if use_swa == Some(true) {
         let first = c
             .u64(&["max_window_layers"])?
@@ -239,13 +240,9 @@ fn sliding_window(
         (0..n).map(|il| il >= first).collect()
     } else {
         match model_type {
-            "gemma2" => (0..n).map(|il| il % 2 == 0).collect(),
-            "gemma3" | "gemma3_text" => (0..n)
-                .map(|il| il % GEMMA3_DEFAULT_SWA_PERIOD < GEMMA3_DEFAULT_SWA_PERIOD - 1)
-                .collect(),
-            "cohere2" => (0..n)
-                .map(|il| il % COHERE2_DEFAULT_SWA_PERIOD < COHERE2_DEFAULT_SWA_PERIOD - 1)
-                .collect(),
+            "gemma2" => swa_layers_with_period(n, GEMMA2_SWA_PERIOD),
+            "gemma3" | "gemma3_text" => swa_layers_with_period(n, GEMMA3_SWA_PERIOD),
+            "cohere2" => swa_layers_with_period(n, COHERE2_DEFAULT_SWA_PERIOD),
             _ => vec![true; n as usize],
         }
     };

@@ -25,6 +25,7 @@ use serde::Serialize;
 
 pub use error::{Defect, ModelError};
 pub use ggml_type::{GgmlType, TypeReading};
+pub(crate) use spec::{GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, swa_layers_with_period};
 pub use spec::{
     MAX_CONTEXT_LENGTH, MAX_EXPERTS, MAX_HPARAM_U32, MAX_VOCAB_SIZE, assemble, check_hparams,
     classify_tensor, fingerprint,

@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 
 use super::MAX_MATERIALIZED_ARRAY;
-use crate::model::{Hparams, MetaValue, PerLayer, Rope, Ssm, TensorInfo};
+use crate::model::{
+    GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, Hparams, MetaValue, PerLayer, Rope, Ssm, TensorInfo,
+    swa_layers_with_period,
+};
 
 fn per_layer(v: &MetaValue) -> Option<PerLayer> {
     match v {
@@ -123,12 +126,12 @@ fn sliding_window_layers(
             if period == 0 {
                 vec![true; n]
             } else {
-                (0..n as u64).map(|il| il % period < period - 1).collect()
+                swa_layers_with_period(n as u64, period)
             }
         }
         _ => match arch {
-            "gemma2" => (0..n).map(|il| il % 2 == 0).collect(),
-            "gemma3" => (0..n as u64).map(|il| il % 6 < 5).collect(),
+            "gemma2" => swa_layers_with_period(n as u64, GEMMA2_SWA_PERIOD),
+            "gemma3" => swa_layers_with_period(n as u64, GEMMA3_SWA_PERIOD),
             _ => vec![true; n],
         },
     }
