@@ -3,8 +3,21 @@
 //! store builds it; the planner decides what it changes and records the basis (`analytic`, `calibrated`,
 //! `measured`) and the row ids in the document's provenance.
 
-use crate::perf::Basis;
+use serde::{Deserialize, Serialize};
+
 use crate::profile::{Phase, RuntimeId};
+
+/// Where the efficiencies (and so the predictions) come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Basis {
+    /// Peak figures from profiles or the probe, efficiencies from the rule tables.
+    Analytic,
+    /// Efficiencies fitted from measurements of this device class.
+    Calibrated,
+    /// Measured on this device.
+    Measured,
+}
 
 /// An achieved share of a device's peak, measured or fitted from measurements.
 #[derive(Debug, Clone, PartialEq)]

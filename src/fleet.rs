@@ -9,9 +9,9 @@
 
 use std::fmt;
 
-use crate::evidence::{Evidence, MeasuredEfficiency};
+use crate::evidence::{Basis, Evidence, MeasuredEfficiency};
 use crate::hardware::{Gpu, GpuVendor, Inventory, parse_capability};
-use crate::perf::{self, Basis, DevicePerf};
+use crate::perf::{self, DevicePerf};
 use crate::profile::matching::{Resolution, resolve as match_gpu, usable_gpu_bytes};
 use crate::profile::{
     DeviceKind as ProfileKind, HardwareProfile, Interconnect, Phase, ProfileSet, ReserveTarget,

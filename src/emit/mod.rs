@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::perf::Basis;
+use crate::evidence::Basis;
 
 /// The document's version; a breaking change to the keys bumps it.
 pub const API_VERSION: &str = "optimizer/v2";

@@ -20,23 +20,13 @@
 //! other CPUs only through their clock and FP32 FLOP per cycle, which is coarser than a per-CPU calibration but
 //! keeps every CPU class predictable without measurements; the calibration issue refines them per machine.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::hardware::Inventory;
 use crate::model::{Dtype, GgmlType};
 use crate::profile::HardwareProfile;
 
-/// Where the efficiencies (and so the predictions) come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Basis {
-    /// Peak figures from profiles or the probe, efficiencies from the rule tables.
-    Analytic,
-    /// Efficiencies fitted from measurements of this device class.
-    Calibrated,
-    /// Measured on this device.
-    Measured,
-}
+pub use crate::evidence::Basis;
 
 /// One device's peaks and efficiencies.
 #[derive(Debug, Clone, PartialEq)]

@@ -17,11 +17,11 @@ use crate::emit::{
     self, CpuRef, Deployment, GpuRef, HardwareRef, ModelRef, Performance, Provenance, RuntimeRef,
     SlaStatus, Source, Status, WorkloadRef,
 };
+use crate::evidence::Basis;
 use crate::evidence::Evidence;
 use crate::fleet::{self, Fleet};
 use crate::hardware::Inventory;
 use crate::model::ModelSpec;
-use crate::perf::Basis;
 use crate::profile::{Phase, ProfileSet, RuntimeId, WorkloadProfile};
 use crate::runtime::llama_cpp::LlamaCpp;
 use crate::runtime::{Candidate, Request, Runtime};

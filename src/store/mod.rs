@@ -40,8 +40,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
+use crate::evidence::Basis;
 use crate::evidence::{Evidence, MeasuredEfficiency, PeakMemory, ThroughputPoint};
-use crate::perf::Basis;
 use crate::profile::{Phase, RuntimeId};
 
 /// The migrations, in order; the schema version after applying the first `n` is `n`.

@@ -4,9 +4,9 @@
 //! its memory model is [`crate::memory::llama_cpp`] (exact against the pinned engine's dry runs); its topology
 //! is the layer pipeline llama.cpp builds ([`topology::loads`]); its artifacts are in [`launch`].
 //!
-//! Trade-off: on identical GPUs, full offload on more GPUs than the fewest that fit is evaluated at the context
-//! those fewest reach instead of being bisected again: a layer split runs its devices one after another, so more
-//! identical GPUs never decode faster, and the extra bisections only priced alternatives that lose on memory.
+//! Trade-off: on identical GPUs, full offload on 1..k GPUs is one ladder, so only the fewest GPUs that hold the
+//! model are fitted: a layer split runs its devices one after another, so more identical GPUs never decode
+//! faster, and fitting them only priced alternatives that lose on memory (the document no longer lists them).
 
 pub mod launch;
 pub mod topology;
@@ -366,7 +366,7 @@ impl<'a> LlamaCpp<'a> {
         }
     }
 
-    /// The same-kind GPUs are identical (one profile, one capacity): more of them never decode faster.
+    /// The planned GPUs are identical (one profile, one capacity): more of them never decode faster.
     fn identical_gpus(&self) -> bool {
         self.gpus.windows(2).all(|w| {
             w[0].profile == w[1].profile
@@ -500,6 +500,7 @@ impl Runtime for LlamaCpp<'_> {
                 .then(a.cmp(&b))
         });
         let mut placements: Vec<Vec<Point>> = vec![vec![base(Strategy::Cpu, vec![], 0, 0)]];
+        let (mut full, mut moe) = (Vec::new(), Vec::new());
         for k in 1..=self.gpus.len() {
             let used = order[..k].to_vec();
             let strategy = if k == 1 {
@@ -507,10 +508,17 @@ impl Runtime for LlamaCpp<'_> {
             } else {
                 Strategy::MultiGpu
             };
-            placements.push(vec![base(strategy, used.clone(), all, 0)]);
+            full.push(base(strategy, used.clone(), all, 0));
             if is_moe {
-                placements.push(vec![base(Strategy::MoeCpu, used, all, self.n_layer)]);
+                moe.push(base(Strategy::MoeCpu, used, all, self.n_layer));
             }
+        }
+        if self.identical_gpus() {
+            // One ladder from one GPU up: the fewest identical GPUs that hold the model decode as fast as more
+            // (the layer split runs them one after another) in less memory.
+            placements.extend([full, moe].into_iter().filter(|l| !l.is_empty()));
+        } else {
+            placements.extend(full.into_iter().chain(moe).map(|p| vec![p]));
         }
         if !self.gpus.is_empty() {
             placements.push(
