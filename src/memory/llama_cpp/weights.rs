@@ -10,6 +10,34 @@ use crate::model::{Dtype, GgmlType, ModelSpec, Role, TensorInfo};
 /// (ggml-cpu/repack.cpp `ggml_repack_get_optimal_repack_type` and `supports_op`): 2-D matmul weights and 3-D
 /// expert weights whose row count divides by the kernel's interleave, for types the CPU's features support.
 pub fn repacks(t: &TensorInfo, cpu_features: &[String]) -> bool {
+    repacks_on(t, SimdFlags::of(cpu_features))
+}
+
+/// The SIMD features the repack rule reads, looked up once per estimate instead of once per tensor (a plan
+/// estimates hundreds of configurations of models with hundreds of tensors).
+#[derive(Debug, Clone, Copy)]
+struct SimdFlags {
+    avx2: bool,
+    avx512: bool,
+    neon: bool,
+    i8mm: bool,
+    dotprod: bool,
+}
+
+impl SimdFlags {
+    fn of(cpu_features: &[String]) -> SimdFlags {
+        let has = |f: &str| cpu_features.iter().any(|x| x == f);
+        SimdFlags {
+            avx2: has("avx2"),
+            avx512: has("avx512f"),
+            neon: has("neon"),
+            i8mm: has("i8mm"),
+            dotprod: has("dotprod"),
+        }
+    }
+}
+
+fn repacks_on(t: &TensorInfo, f: SimdFlags) -> bool {
     let Dtype::Ggml(ty) = t.dtype else {
         return false;
     };
@@ -19,7 +47,7 @@ pub fn repacks(t: &TensorInfo, cpu_features: &[String]) -> bool {
         TensorKind::ExpertWeight => dims == 3,
         TensorKind::Other => false,
     };
-    matmul && repacks_type(ty, ne1(&t.shape), cpu_features)
+    matmul && repacks_type(ty, ne1(&t.shape), f)
 }
 
 /// ggml's `ne[1]`, the second-innermost dimension: shapes are row-major, so it is the second from the end.
@@ -31,10 +59,14 @@ fn ne1(shape: &[u64]) -> u64 {
 /// The type rule of `ggml_repack_get_optimal_repack_type` (ggml-cpu/repack.cpp L4974-5100) for a matmul weight
 /// with `ne1` rows on a CPU with `cpu_features`. The features are the running CPU's in a `GGML_NATIVE` build
 /// (`ggml_cpu_has_avx2` and friends), so the measured tables record the flags of the machine they come from.
-fn repacks_type(ty: GgmlType, ne1: u64, cpu_features: &[String]) -> bool {
-    let has = |f: &str| cpu_features.iter().any(|x| x == f);
-    let (avx2, avx512) = (has("avx2"), has("avx512f"));
-    let (neon, i8mm, dotprod) = (has("neon"), has("i8mm"), has("dotprod"));
+fn repacks_type(ty: GgmlType, ne1: u64, f: SimdFlags) -> bool {
+    let SimdFlags {
+        avx2,
+        avx512,
+        neon,
+        i8mm,
+        dotprod,
+    } = f;
     match ty {
         GgmlType::Q4_0 => {
             (avx2 && ne1.is_multiple_of(8)) || (neon && (i8mm || dotprod) && ne1.is_multiple_of(4))
@@ -84,7 +116,9 @@ fn tied_output_copy(
             let Dtype::Ggml(ty) = embd.dtype else {
                 return None;
             };
-            (repack && embd.shape.len() == 2 && repacks_type(ty, ne1(&embd.shape), cpu_features))
+            (repack
+                && embd.shape.len() == 2
+                && repacks_type(ty, ne1(&embd.shape), SimdFlags::of(cpu_features)))
                 .then_some((None, true))
         }
     }
@@ -143,6 +177,7 @@ pub(super) fn place(
     let repack = repack_enabled(params, machine);
     let idx = super::layers::index;
     let mut repacked_types = std::collections::BTreeSet::new();
+    let simd = SimdFlags::of(&machine.cpu_features);
     for t in &model.tensors {
         let s = slot(t);
         let mut d = placement.device(s);
@@ -154,7 +189,7 @@ pub(super) fn place(
             d = None;
         }
         let m = &mut mem[idx(d)];
-        if d.is_none() && repack && repacks(t, &machine.cpu_features) {
+        if d.is_none() && repack && repacks_on(t, simd) {
             m.weights_repack_bytes = add("weights", m.weights_repack_bytes, t.bytes)?;
             repacked_types.insert(t.dtype.name());
         } else {
