@@ -12,6 +12,7 @@ use std::process::Command;
 
 use optimizer::emit::Deployment;
 use optimizer::hardware::{self, Inventory};
+use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, Params};
 use optimizer::model::gguf_builder::{
     GgufBuilder, LlamaShape, synthetic_llama, value_type as vt, write_sparse,
 };
@@ -26,7 +27,7 @@ pub fn root() -> PathBuf {
 }
 
 /// `tests/fixtures/<rel>`.
-pub fn fixture(rel: &str) -> PathBuf {
+pub fn fixture(rel: impl AsRef<Path>) -> PathBuf {
     root().join("tests/fixtures").join(rel)
 }
 
@@ -38,6 +39,14 @@ pub fn bin() -> Command {
         "OPTIMIZER_DB",
         std::env::temp_dir().join(format!("optimizer-test-{}.db", std::process::id())),
     );
+    c
+}
+
+/// [`bin`] planning for the fixture inventory `tests/fixtures/inventories/<name>` instead of probing this machine.
+pub fn bin_on(inventory: &str) -> Command {
+    let mut c = bin();
+    c.arg("--inventory")
+        .arg(fixture("inventories").join(inventory));
     c
 }
 
@@ -184,4 +193,51 @@ pub fn build(m: &Value, path: &Path) -> ModelSpec {
     }
     write_sparse(&b, path).unwrap();
     model::load(path).unwrap()
+}
+
+/// A flag's value in a measured row's engine configuration (`row.config`, as the command line spelled it).
+pub fn cfg<'a>(row: &'a Value, flag: &str) -> Option<&'a str> {
+    row["config"].get(flag).and_then(Value::as_str)
+}
+
+/// A numeric flag of a measured row, or the engine's default.
+pub fn cfg_u32(row: &Value, flag: &str, default: u32) -> u32 {
+    cfg(row, flag).map_or(default, |s| s.parse().unwrap())
+}
+
+/// A KV cache type as llama.cpp's `-ctk`/`-ctv` spell it (f16 when absent, the engine's default).
+pub fn cache_type(s: Option<&str>) -> GgmlType {
+    let name = s.unwrap_or("f16");
+    CACHE_TYPES
+        .iter()
+        .copied()
+        .find(|t| t.name().eq_ignore_ascii_case(name))
+        .unwrap_or_else(|| panic!("cache type {name}"))
+}
+
+/// The memory model's parameters for the command line a measured row ran with (tests/fixtures/llama-cpp: every
+/// flag the tables use that changes what the engine allocates; absent flags take llama.cpp's defaults).
+pub fn engine_params(row: &Value) -> Params {
+    let flag = |f: &str| row["config"].get(f).is_some();
+    Params {
+        n_ctx: cfg_u32(row, "-c", 0),
+        n_batch: cfg_u32(row, "-b", 2048),
+        n_ubatch: cfg_u32(row, "-ub", 512),
+        n_parallel: cfg_u32(row, "-np", 1),
+        kv_unified: flag("--kv-unified") || flag("-kvu"),
+        type_k: cache_type(cfg(row, "-ctk")),
+        type_v: cache_type(cfg(row, "-ctv")),
+        flash_attn: match cfg(row, "-fa") {
+            Some("on") => FlashAttn::On,
+            Some("off") => FlashAttn::Off,
+            _ => FlashAttn::Auto,
+        },
+        n_gpu_layers: cfg(row, "-ngl").map_or(-1, |s| s.parse().unwrap()),
+        no_kv_offload: flag("-nkvo"),
+        n_cpu_moe: cfg_u32(row, "-ncmoe", 0),
+        mmap: !flag("--no-mmap"),
+        swa_full: flag("--swa-full"),
+        repack: !flag("--no-repack") && !flag("-nr"),
+        ..Params::default()
+    }
 }
