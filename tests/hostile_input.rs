@@ -131,7 +131,7 @@ fn fifo_split_shard_is_refused_without_hanging() {
     for i in [1, 3] {
         let name = format!("llama-split-0000{i}-of-00003.gguf");
         std::fs::copy(
-            fixture(&format!("gguf/split/{name}")),
+            fixture(format!("gguf/split/{name}")),
             dir.path().join(&name),
         )
         .unwrap();
