@@ -14,19 +14,16 @@
 //! `--hardware` variants through the CLI, whose YAML must also read back unchanged in a YAML 1.1 reader
 //! (PyYAML, Kubernetes tooling: `- on` would come back as `True`, and `llama-server -fa True` fails).
 
+mod common;
+use common::{bin, fixture, profiles, root};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use optimizer::hardware;
 use optimizer::model;
-use optimizer::plan::{self, Inputs, Measurements, Overrides};
-use optimizer::profile;
+use optimizer::plan::Overrides;
 use serde::Deserialize;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 // ------------------------------------------------------------------ the engine's argument table
 
@@ -100,7 +97,7 @@ enum ValueSpec {
 }
 
 fn table() -> Table {
-    let path = root().join("tests/fixtures/llama-cpp/llama-server-args.json");
+    let path = fixture("llama-cpp/llama-server-args.json");
     let text = std::fs::read_to_string(&path).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -436,13 +433,13 @@ fn fixture_ggufs() -> Vec<PathBuf> {
         }
     }
     let mut v = Vec::new();
-    walk(&root().join("tests/fixtures/gguf"), &mut v);
+    walk(&fixture("gguf"), &mut v);
     v.sort();
     v
 }
 
 fn fixture_inventories() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("tests/fixtures/inventories"))
+    let mut v: Vec<PathBuf> = std::fs::read_dir(fixture("inventories"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
@@ -495,10 +492,7 @@ fn mentioned_flags(s: &str) -> Vec<String> {
 fn optimizer_flags() -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
     {
-        let out = Command::new(env!("CARGO_BIN_EXE_optimizer"))
-            .args(["resolve", "--help"])
-            .output()
-            .unwrap();
+        let out = bin().args(["resolve", "--help"]).output().unwrap();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let line = line.trim_start();
             if line.starts_with('-') {
@@ -662,7 +656,7 @@ fn argv_value(doc: &serde_json::Value, flag: &str) -> Option<String> {
 #[test]
 fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
     let t = table();
-    let set = profile::load(&[]).unwrap();
+    let set = profiles();
     let own = optimizer_flags();
     let mut checked = 0usize;
     let mut skipped: Vec<String> = Vec::new();
@@ -686,16 +680,14 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
                     inv_path.file_name().unwrap().to_string_lossy(),
                     gguf.file_name().unwrap().to_string_lossy()
                 );
-                let doc = match plan::resolve(&Inputs {
-                    model: &spec,
-                    model_path: &label,
-                    inventory: &inv,
-                    hardware_source: "inventory",
-                    profiles: &set,
-                    workload: &w.value,
-                    measurements: &Measurements::default(),
-                    overrides: &Overrides::default(),
-                }) {
+                let doc = match common::plan_workload(
+                    &spec,
+                    &label,
+                    &inv,
+                    &set,
+                    &w.value,
+                    &Overrides::default(),
+                ) {
                     Ok(d) => d,
                     Err(e) => {
                         skipped.push(format!("{case}: {e}"));
@@ -919,15 +911,15 @@ fn cli_plans_for_profiled_gpus_start_as_written_in_yaml_and_json() {
         Some("8x:h100-sxm"),
         Some("gtx-1650"),
     ];
-    let set = profile::load(&[]).unwrap();
+    let set = profiles();
     let mut checked = 0usize;
     let own = optimizer_flags();
     let mut failures: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for m in models {
-        let model = root().join("tests/fixtures/gguf").join(m);
+        let model = fixture("gguf").join(m);
         for hw in hardware {
             for w in &set.workloads {
-                let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
+                let mut c = bin();
                 c.env("OPTIMIZER_DB", tmp.path().join("store.db"))
                     .env("XDG_CONFIG_HOME", tmp.path())
                     .env("HOME", tmp.path())
@@ -936,7 +928,7 @@ fn cli_plans_for_profiled_gpus_start_as_written_in_yaml_and_json() {
                     .arg(&model)
                     .args(["-w", &w.value.id])
                     .arg("--inventory")
-                    .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"));
+                    .arg(fixture("inventories/cpu-server.yaml"));
                 if let Some(h) = hw {
                     c.args(["--hardware", h]);
                 }

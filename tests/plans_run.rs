@@ -2,57 +2,30 @@
 //! other than the preset asked for. Library-level where the planner decides, binary-level where the exit code
 //! or the written file is the contract.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::{bin, fixture, inventory, profiles, synth};
 
 use optimizer::emit::{Deployment, SlaStatus, Source, Status, Strategy};
-use optimizer::hardware::{self, Inventory};
-use optimizer::model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
-use optimizer::model::{self, ModelSpec};
-use optimizer::plan::{self, Inputs, Measurements, Overrides, PlanError};
-use optimizer::profile::{self, ProfileSet};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn inventory(name: &str) -> Inventory {
-    hardware::load_inventory(&root().join("tests/fixtures/inventories").join(name)).unwrap()
-}
+use optimizer::hardware::Inventory;
+use optimizer::model::ModelSpec;
+use optimizer::model::gguf_builder::LlamaShape;
+use optimizer::plan::{self, Overrides, PlanError};
 
 fn inline(yaml: &str) -> Inventory {
     serde_yaml_ng::from_str(yaml).unwrap()
 }
 
-fn synth(dir: &Path, name: &str, shape: LlamaShape) -> (PathBuf, ModelSpec) {
-    let path = dir.join(name);
-    write_sparse(&synthetic_llama(shape), &path).unwrap();
-    let spec = model::load(&path).unwrap();
-    (path, spec)
-}
-
-fn plan_with(
-    spec: &ModelSpec,
-    inv: &Inventory,
-    workload: &str,
-    set: &ProfileSet,
-    overrides: &Overrides,
-) -> Result<Deployment, PlanError> {
-    plan::resolve(&Inputs {
-        model: spec,
-        model_path: "m.gguf",
-        inventory: inv,
-        hardware_source: "inventory",
-        profiles: set,
-        workload: &set.workload(workload).unwrap().value,
-        measurements: &Measurements::default(),
-        overrides,
-    })
-}
-
+/// The plan for a preset, nothing pinned.
 fn plan(spec: &ModelSpec, inv: &Inventory, workload: &str) -> Deployment {
-    let set = profile::load(&[]).unwrap();
-    plan_with(spec, inv, workload, &set, &Overrides::default()).unwrap()
+    common::plan(
+        spec,
+        "m.gguf",
+        inv,
+        &profiles(),
+        workload,
+        &Overrides::default(),
+    )
+    .unwrap()
 }
 
 /// The value following `flag` in an argv.
@@ -349,7 +322,7 @@ gpus:
 fn refusals_are_errors_not_plans() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
-    let set = profile::load(&[]).unwrap();
+    let set = profiles();
     let inv = inline(CPU_2_CORES);
     let o = |c: Option<u32>, p: Option<u32>| Overrides {
         context_length: c,
@@ -358,20 +331,35 @@ fn refusals_are_errors_not_plans() {
     };
     // -c 4294967295 once wrapped to `context_length: 0` and `status: fits`.
     assert!(matches!(
-        plan_with(&m1, &inv, "inference", &set, &o(Some(u32::MAX), None)),
+        common::plan(
+            &m1,
+            "m.gguf",
+            &inv,
+            &set,
+            "inference",
+            &o(Some(u32::MAX), None)
+        ),
         Err(PlanError::Usage(_))
     ));
     assert!(matches!(
-        plan_with(&m1, &inv, "inference", &set, &o(Some(0), None)),
+        common::plan(&m1, "m.gguf", &inv, &set, "inference", &o(Some(0), None)),
         Err(PlanError::Usage(_))
     ));
     // --parallel 0 once became 1, credited to the workload.
     assert!(matches!(
-        plan_with(&m1, &inv, "inference", &set, &o(None, Some(0))),
+        common::plan(&m1, "m.gguf", &inv, &set, "inference", &o(None, Some(0))),
         Err(PlanError::Usage(_))
     ));
     // A context per sequence that fits but whose total over 4 slots exceeds llama.cpp's uint32 -c.
-    let d = plan_with(&m1, &inv, "inference", &set, &o(Some(1 << 30), Some(8))).unwrap();
+    let d = common::plan(
+        &m1,
+        "m.gguf",
+        &inv,
+        &set,
+        "inference",
+        &o(Some(1 << 30), Some(8)),
+    )
+    .unwrap();
     assert_eq!(d.status, Status::NoFit);
     // Too many GPUs is a hardware description the planner refuses, not minutes of search.
     let mut many = inline(H100_ON_96_CORES);
@@ -384,27 +372,25 @@ fn refusals_are_errors_not_plans() {
         })
         .collect();
     assert!(matches!(
-        plan_with(&m1, &many, "inference", &set, &Overrides::default()),
+        common::plan(
+            &m1,
+            "m.gguf",
+            &many,
+            &set,
+            "inference",
+            &Overrides::default()
+        ),
         Err(PlanError::Hardware(_))
     ));
-}
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
-    c.env(
-        "OPTIMIZER_DB",
-        std::env::temp_dir().join(format!("optimizer-plans-run-{}.db", std::process::id())),
-    );
-    c
 }
 
 #[test]
 fn a_safetensors_checkpoint_is_refused_with_a_hint_to_convert() {
     let o = bin()
         .arg("--inventory")
-        .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+        .arg(fixture("inventories/cpu-server.yaml"))
         .args(["resolve", "-m"])
-        .arg(root().join("tests/fixtures/safetensors/llama-bf16"))
+        .arg(fixture("safetensors/llama-bf16"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -420,9 +406,9 @@ fn a_safetensors_checkpoint_is_refused_with_a_hint_to_convert() {
 fn a_split_model_passed_by_a_later_shard_launches_the_first() {
     let o = bin()
         .arg("--inventory")
-        .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+        .arg(fixture("inventories/cpu-server.yaml"))
         .args(["resolve", "--format", "json", "-m"])
-        .arg(root().join("tests/fixtures/gguf/split/llama-split-00002-of-00003.gguf"))
+        .arg(fixture("gguf/split/llama-split-00002-of-00003.gguf"))
         .output()
         .unwrap();
     assert_eq!(
@@ -452,7 +438,7 @@ fn out_of_range_flags_exit_2_and_write_nothing() {
     ] {
         let o = bin()
             .arg("--inventory")
-            .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+            .arg(fixture("inventories/cpu-server.yaml"))
             .args(["resolve", "-m"])
             .arg(&m1)
             .args(&args)
@@ -474,7 +460,7 @@ fn estimate_refuses_tensor_splits_that_mean_nothing() {
     for ts in ["nan,1", "1,-1", "0,0", "inf,1"] {
         let o = bin()
             .args(["estimate", "-m"])
-            .arg(root().join("tests/fixtures/gguf/llama-q4_k_m.gguf"))
+            .arg(fixture("gguf/llama-q4_k_m.gguf"))
             .args(["--hardware", "2x:rtx-3090", "-ngl", "99"])
             .arg(format!("-ts={ts}"))
             .output()
@@ -486,7 +472,7 @@ fn estimate_refuses_tensor_splits_that_mean_nothing() {
     }
     let o = bin()
         .args(["estimate", "-m"])
-        .arg(root().join("tests/fixtures/gguf/llama-q4_k_m.gguf"))
+        .arg(fixture("gguf/llama-q4_k_m.gguf"))
         .args(["--hardware", "2x:rtx-3090", "-ngl", "99", "-ts=3,1"])
         .output()
         .unwrap();
