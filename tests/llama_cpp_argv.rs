@@ -29,7 +29,7 @@ fn emitted_argv_allocates_what_the_document_predicts() {
     for workload in ["inference", "chat", "batch-inference"] {
         let label = path.display().to_string();
         let d = common::plan(&spec, &label, &inv, &set, workload, &Overrides::default()).unwrap();
-        let argv = &d.launch.llama_server.argv;
+        let argv = &common::artifact(&d, "llama-server").argv;
         assert_eq!(argv[0], "llama-server");
         let out = Command::new(&fit)
             .args(&argv[1..])
@@ -66,7 +66,7 @@ fn emitted_argv_allocates_what_the_document_predicts() {
         } else {
             0
         };
-        let m = &d.memory.devices[0];
+        let m = &d.memory.devices[0].components;
         assert_eq!(m.weights_bytes >> 20, model_mib, "{workload}: host weights");
         assert_eq!(
             m.weights_repack_bytes >> 20,

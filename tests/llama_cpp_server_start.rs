@@ -71,7 +71,7 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
         let spec = model::load(&path).unwrap();
         let label = path.display().to_string();
         let doc = common::plan(&spec, &label, &inv, &set, workload, &Overrides::default()).unwrap();
-        let argv = &doc.launch.llama_server.argv;
+        let argv = &common::artifact(&doc, "llama-server").argv;
         assert_eq!(argv[0], "llama-server", "{workload}: program");
         let port = free_port();
         let log = tempfile::NamedTempFile::new().unwrap();

@@ -55,23 +55,28 @@ fn chat_context_is_per_sequence_and_minus_c_is_the_total_over_slots() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m8, &inventory("cloud-8xh100.yaml"), "chat");
-    let s = &d.settings;
+    let s = common::llama(&d);
     // chat: 8192 tokens per conversation, 4 conversations (profiles/workloads/chat.yaml).
     assert_eq!(s.context_per_sequence, 8192);
     assert_eq!(s.parallel, 4);
     assert_eq!(s.context_length, 8192 * 4);
-    let argv = &d.launch.llama_server.argv;
+    let argv = &common::artifact(&d, "llama-server").argv;
     assert_eq!(flag(argv, "-c"), Some("32768"));
     assert_eq!(flag(argv, "-np"), Some("4"));
     assert!(!argv.iter().any(|a| a == "-kvu" || a == "--kv-unified"));
-    assert_eq!(
-        d.launch.ollama.num_ctx, 8192,
+    assert!(
+        common::artifact(&d, "ollama").files["Modelfile"].contains("PARAMETER num_ctx 8192\n"),
         "Ollama's num_ctx is per request"
     );
-    assert_eq!(d.launch.ollama.env["OLLAMA_NUM_PARALLEL"], "4");
+    assert_eq!(common::artifact(&d, "ollama").env["OLLAMA_NUM_PARALLEL"], "4");
     // The KV cache holds 4 x 8192 cells: Llama-3-8B f16 keeps 2 x 8 KV heads x 128 x 2 bytes x 32 layers
     // = 131072 bytes per cell, so 32768 cells = 4 GiB.
-    let kv: u64 = d.memory.devices.iter().map(|m| m.kv_cache_bytes).sum();
+    let kv: u64 = d
+        .memory
+        .devices
+        .iter()
+        .map(|m| m.components.kv_cache_bytes)
+        .sum();
     if s.cache_type_k == "f16" {
         assert_eq!(kv, 32768 * 131_072);
     }
@@ -85,13 +90,13 @@ fn a_cpu_only_plan_on_a_two_core_host_uses_both_cores() {
     let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
     for w in ["inference", "chat", "batch-inference"] {
         let d = plan(&m1, &inline(CPU_2_CORES), w);
-        assert_eq!(d.placement.strategy, Strategy::Cpu);
+        assert_eq!(common::llama(&d).strategy, Strategy::Cpu);
         assert_eq!(
-            d.settings.threads, 2,
+            common::llama(&d).threads, 2,
             "{w}: {:?}",
             d.provenance["settings.threads"]
         );
-        assert_eq!(flag(&d.launch.llama_server.argv, "-t"), Some("2"));
+        assert_eq!(flag(&common::artifact(&d, "llama-server").argv, "-t"), Some("2"));
     }
 }
 
@@ -100,9 +105,9 @@ fn a_full_gpu_plan_on_a_96_core_host_asks_for_few_threads() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m8, &inline(H100_ON_96_CORES), "inference");
-    assert_eq!(d.placement.strategy, Strategy::Gpu);
-    assert!(d.settings.threads <= 4, "threads {}", d.settings.threads);
-    let cpu: u32 = d.launch.kubernetes.resources.requests["cpu"]
+    assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
+    assert!(common::llama(&d).threads <= 4, "threads {}", common::llama(&d).threads);
+    let cpu: u32 = common::artifact(&d, "kubernetes").resources.as_ref().unwrap().requests["cpu"]
         .parse()
         .unwrap();
     assert!(
@@ -119,8 +124,8 @@ fn the_preferred_f16_kv_cache_is_kept_when_it_fits() {
     // inference and chat prefer f16 (profiles/workloads/*.yaml kv_cache: [f16, q8_0]); on an H100 it fits.
     for w in ["inference", "chat", "code-generation"] {
         let d = plan(&m8, &inline(H100_ON_96_CORES), w);
-        assert_eq!(d.settings.cache_type_k, "f16", "{w}");
-        assert_eq!(d.settings.cache_type_v, "f16", "{w}");
+        assert_eq!(common::llama(&d).cache_type_k, "f16", "{w}");
+        assert_eq!(common::llama(&d).cache_type_v, "f16", "{w}");
         let why = &d.provenance["settings.cache_type_k"].detail;
         assert!(why.contains("f16"), "{why}");
     }
@@ -203,10 +208,10 @@ gpus:
 ",
     );
     let d = plan(&m8, &inv, "inference");
-    assert_eq!(d.placement.strategy, Strategy::Gpu);
+    assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
     let gpu_devices: Vec<&str> = d
-        .placement
-        .devices
+        .topology
+        .stages
         .iter()
         .map(|p| p.device.as_str())
         .filter(|n| *n != "cpu")
@@ -215,7 +220,7 @@ gpus:
     let mem = d.memory.devices.iter().find(|m| m.device != "cpu").unwrap();
     assert_eq!(mem.device, "cuda:1");
     assert_eq!(mem.capacity_bytes, 25390219264, "GPU 1's free memory");
-    let launch = &d.launch.llama_server;
+    let launch = &common::artifact(&d, "llama-server");
     assert_eq!(launch.env["CUDA_VISIBLE_DEVICES"], "1");
     assert_eq!(launch.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
     assert_eq!(flag(&launch.argv, "-dev"), Some("CUDA0"));
@@ -234,8 +239,8 @@ fn a_two_gpu_plan_pins_both_in_layer_order_with_its_split() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m70) = synth(dir.path(), "m70.gguf", LlamaShape::LLAMA3_70B);
     let d = plan(&m70, &inventory("workstation-2x3090.yaml"), "inference");
-    assert_eq!(d.placement.strategy, Strategy::MultiGpu);
-    let launch = &d.launch.llama_server;
+    assert_eq!(common::llama(&d).strategy, Strategy::MultiGpu);
+    let launch = &common::artifact(&d, "llama-server");
     assert_eq!(launch.env["CUDA_VISIBLE_DEVICES"], "0,1");
     assert_eq!(flag(&launch.argv, "-dev"), Some("CUDA0,CUDA1"));
     assert_eq!(flag(&launch.argv, "-sm"), Some("layer"));
@@ -249,8 +254,8 @@ fn a_cpu_only_plan_keeps_a_gpu_build_off_the_gpus() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m1, &inline(CPU_2_CORES), "inference");
-    assert_eq!(flag(&d.launch.llama_server.argv, "-dev"), Some("none"));
-    assert!(d.launch.llama_server.env.is_empty());
+    assert_eq!(flag(&common::artifact(&d, "llama-server").argv, "-dev"), Some("none"));
+    assert!(common::artifact(&d, "llama-server").env.is_empty());
 }
 
 #[test]
@@ -261,7 +266,7 @@ fn no_emitted_argv_uses_no_mmap() {
         for w in ["inference", "chat", "batch-inference", "long-context"] {
             let d = plan(&m8, &inventory(inv), w);
             assert!(
-                !d.launch.llama_server.argv.iter().any(|a| a == "--no-mmap"),
+                !common::artifact(&d, "llama-server").argv.iter().any(|a| a == "--no-mmap"),
                 "{inv} {w}"
             );
         }
@@ -307,10 +312,10 @@ gpus:
     );
     let d = plan(&m8, &inv, "inference");
     assert!(d.hardware.gpus[0].used, "{:?}", d.warnings);
-    assert_eq!(d.placement.strategy, Strategy::Gpu);
-    assert_eq!(d.launch.llama_server.env["HIP_VISIBLE_DEVICES"], "0");
-    assert_eq!(flag(&d.launch.llama_server.argv, "-dev"), Some("ROCm0"));
-    assert_eq!(d.launch.kubernetes.resources.requests["amd.com/gpu"], "1");
+    assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
+    assert_eq!(common::artifact(&d, "llama-server").env["HIP_VISIBLE_DEVICES"], "0");
+    assert_eq!(flag(&common::artifact(&d, "llama-server").argv, "-dev"), Some("ROCm0"));
+    assert_eq!(common::artifact(&d, "kubernetes").resources.as_ref().unwrap().requests["amd.com/gpu"], "1");
     assert!(
         d.warnings
             .iter()
@@ -418,7 +423,11 @@ fn a_split_model_passed_by_a_later_shard_launches_the_first() {
         String::from_utf8_lossy(&o.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let argv = doc["launch"]["llama_server"]["argv"].as_array().unwrap();
+    let argv = doc["launch"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == "llama-server"))
+        .and_then(|x| x["argv"].as_array())
+        .unwrap();
     let m = argv
         .iter()
         .position(|a| a == "-m")

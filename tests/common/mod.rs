@@ -10,14 +10,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use optimizer::emit::Deployment;
+use optimizer::emit::{Artifact, Deployment, LlamaCppSettings};
+use optimizer::evidence::Evidence;
 use optimizer::hardware::{self, Inventory};
 use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, Params};
 use optimizer::model::gguf_builder::{
     GgufBuilder, LlamaShape, synthetic_llama, value_type as vt, write_sparse,
 };
 use optimizer::model::{self, GgmlType, ModelSpec, TypeReading};
-use optimizer::plan::{self, Inputs, Measurements, Overrides, PlanError};
+use optimizer::plan::{self, Inputs, Overrides, PlanError};
 use optimizer::profile::{self, ProfileSet, WorkloadProfile};
 use serde_json::Value;
 
@@ -102,7 +103,7 @@ pub fn plan_workload(
         hardware_source: "inventory",
         profiles: set,
         workload,
-        measurements: &Measurements::default(),
+        evidence: &Evidence::default(),
         overrides,
     })
 }
@@ -240,4 +241,17 @@ pub fn engine_params(row: &Value) -> Params {
         repack: !flag("--no-repack") && !flag("-nr"),
         ..Params::default()
     }
+}
+
+/// The llama.cpp settings of a plan (every plan here is llama.cpp's).
+pub fn llama(d: &Deployment) -> &LlamaCppSettings {
+    d.settings
+        .llama_cpp()
+        .unwrap_or_else(|| panic!("not a llama.cpp plan: {:?}", d.runtime))
+}
+
+/// A launch artifact of a plan by name (`llama-server`, `ollama`, `kubernetes`).
+pub fn artifact<'a>(d: &'a Deployment, name: &str) -> &'a Artifact {
+    d.artifact(name)
+        .unwrap_or_else(|| panic!("no {name} artifact in {:?}", d.launch))
 }
