@@ -72,8 +72,6 @@ impl ParamError {
     }
 }
 
-/// `-c`, `-b` and `-ub` are `int32_t` in llama.cpp's `common_params` (common/common.h L452-454) and parsed as
-
 /// `a × b`, or the overflow error naming the size being computed.
 pub(super) fn mul(what: &'static str, a: u64, b: u64) -> Result<u64, ParamError> {
     a.checked_mul(b).ok_or(ParamError::Overflow { what })

@@ -131,6 +131,7 @@ pub struct Machine {
     pub gpus: Vec<GpuTarget>,
 }
 
+/// `-c`, `-b` and `-ub` are `int32_t` in llama.cpp's `common_params` (common/common.h L452-454) and parsed as
 /// `int` (common/arg.cpp `--ctx-size`, `--batch-size`, `--ubatch-size`).
 pub const MAX_CTX_FLAG: u32 = i32::MAX as u32;
 /// See [`MAX_CTX_FLAG`].
