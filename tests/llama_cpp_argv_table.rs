@@ -665,7 +665,9 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
                     problems.push(format!("ollama {k}: {v} is not an integer"));
                 }
             }
-            _ => problems.push(format!("Modelfile line {line:?} is neither FROM nor PARAMETER")),
+            _ => problems.push(format!(
+                "Modelfile line {line:?} is neither FROM nor PARAMETER"
+            )),
         }
     }
     problems

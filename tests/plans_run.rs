@@ -68,7 +68,10 @@ fn chat_context_is_per_sequence_and_minus_c_is_the_total_over_slots() {
         common::artifact(&d, "ollama").files["Modelfile"].contains("PARAMETER num_ctx 8192\n"),
         "Ollama's num_ctx is per request"
     );
-    assert_eq!(common::artifact(&d, "ollama").env["OLLAMA_NUM_PARALLEL"], "4");
+    assert_eq!(
+        common::artifact(&d, "ollama").env["OLLAMA_NUM_PARALLEL"],
+        "4"
+    );
     // The KV cache holds 4 x 8192 cells: Llama-3-8B f16 keeps 2 x 8 KV heads x 128 x 2 bytes x 32 layers
     // = 131072 bytes per cell, so 32768 cells = 4 GiB.
     let kv: u64 = d
@@ -92,11 +95,15 @@ fn a_cpu_only_plan_on_a_two_core_host_uses_both_cores() {
         let d = plan(&m1, &inline(CPU_2_CORES), w);
         assert_eq!(common::llama(&d).strategy, Strategy::Cpu);
         assert_eq!(
-            common::llama(&d).threads, 2,
+            common::llama(&d).threads,
+            2,
             "{w}: {:?}",
             d.provenance["settings.threads"]
         );
-        assert_eq!(flag(&common::artifact(&d, "llama-server").argv, "-t"), Some("2"));
+        assert_eq!(
+            flag(&common::artifact(&d, "llama-server").argv, "-t"),
+            Some("2")
+        );
     }
 }
 
@@ -106,8 +113,16 @@ fn a_full_gpu_plan_on_a_96_core_host_asks_for_few_threads() {
     let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m8, &inline(H100_ON_96_CORES), "inference");
     assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
-    assert!(common::llama(&d).threads <= 4, "threads {}", common::llama(&d).threads);
-    let cpu: u32 = common::artifact(&d, "kubernetes").resources.as_ref().unwrap().requests["cpu"]
+    assert!(
+        common::llama(&d).threads <= 4,
+        "threads {}",
+        common::llama(&d).threads
+    );
+    let cpu: u32 = common::artifact(&d, "kubernetes")
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests["cpu"]
         .parse()
         .unwrap();
     assert!(
@@ -254,7 +269,10 @@ fn a_cpu_only_plan_keeps_a_gpu_build_off_the_gpus() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m1, &inline(CPU_2_CORES), "inference");
-    assert_eq!(flag(&common::artifact(&d, "llama-server").argv, "-dev"), Some("none"));
+    assert_eq!(
+        flag(&common::artifact(&d, "llama-server").argv, "-dev"),
+        Some("none")
+    );
     assert!(common::artifact(&d, "llama-server").env.is_empty());
 }
 
@@ -266,7 +284,10 @@ fn no_emitted_argv_uses_no_mmap() {
         for w in ["inference", "chat", "batch-inference", "long-context"] {
             let d = plan(&m8, &inventory(inv), w);
             assert!(
-                !common::artifact(&d, "llama-server").argv.iter().any(|a| a == "--no-mmap"),
+                !common::artifact(&d, "llama-server")
+                    .argv
+                    .iter()
+                    .any(|a| a == "--no-mmap"),
                 "{inv} {w}"
             );
         }
@@ -313,9 +334,22 @@ gpus:
     let d = plan(&m8, &inv, "inference");
     assert!(d.hardware.gpus[0].used, "{:?}", d.warnings);
     assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
-    assert_eq!(common::artifact(&d, "llama-server").env["HIP_VISIBLE_DEVICES"], "0");
-    assert_eq!(flag(&common::artifact(&d, "llama-server").argv, "-dev"), Some("ROCm0"));
-    assert_eq!(common::artifact(&d, "kubernetes").resources.as_ref().unwrap().requests["amd.com/gpu"], "1");
+    assert_eq!(
+        common::artifact(&d, "llama-server").env["HIP_VISIBLE_DEVICES"],
+        "0"
+    );
+    assert_eq!(
+        flag(&common::artifact(&d, "llama-server").argv, "-dev"),
+        Some("ROCm0")
+    );
+    assert_eq!(
+        common::artifact(&d, "kubernetes")
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests["amd.com/gpu"],
+        "1"
+    );
     assert!(
         d.warnings
             .iter()
@@ -490,5 +524,104 @@ fn estimate_refuses_tensor_splits_that_mean_nothing() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The planner, not the CLI, decides what the figures rest on: a measured efficiency for the planned GPU's
+/// profile replaces the rule's (basis `calibrated`, the row cited), and a decode throughput measured for this
+/// model on that device at this many sequences replaces the prediction (basis `measured`).
+#[test]
+fn store_evidence_sets_the_basis_and_cites_its_rows() {
+    use optimizer::evidence::{Basis, Evidence, MeasuredEfficiency, ThroughputPoint};
+    use optimizer::profile::{Phase, RuntimeId};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let set = profiles();
+    let inv = inventory("laptop-rtx4060.yaml");
+    let w = &set.workload("inference").unwrap().value;
+    let path = path.display().to_string();
+    let plan_with = |ev: &Evidence| {
+        common::plan_with_evidence(&m8, &path, &inv, &set, w, &Overrides::default(), ev).unwrap()
+    };
+    let analytic = plan_with(&Evidence::default());
+    assert_eq!(analytic.performance.basis, Basis::Analytic);
+    assert!(analytic.performance.evidence.is_empty());
+    let gpu = analytic
+        .hardware
+        .gpus
+        .iter()
+        .find(|g| g.used)
+        .unwrap()
+        .profile
+        .clone();
+    // Half the rule's decode efficiency: decode halves, and the plan says where the figure came from. A
+    // calibrated decode row alone leaves prefill on its rule, so the basis stays the weaker one.
+    let rule = set
+        .efficiency(
+            optimizer::profile::ReserveTarget::Gpu,
+            RuntimeId::LlamaCpp,
+            Phase::Decode,
+            Some((8, 9)),
+        )
+        .unwrap()
+        .efficiency;
+    let calibrated = Evidence {
+        efficiencies: vec![MeasuredEfficiency {
+            row: 42,
+            device_profile: gpu.clone(),
+            runtime: RuntimeId::LlamaCpp,
+            phase: Phase::Decode,
+            value: rule / 2.0,
+            basis: Basis::Calibrated,
+            what: "calibrate".into(),
+        }],
+        rows: Some(1),
+        ..Evidence::default()
+    };
+    let d = plan_with(&calibrated);
+    assert_eq!(d.performance.basis, Basis::Analytic);
+    assert_eq!(d.performance.evidence, vec![42]);
+    let mut both = calibrated.clone();
+    both.efficiencies.push(MeasuredEfficiency {
+        row: 43,
+        phase: Phase::Prefill,
+        value: 0.5,
+        ..calibrated.efficiencies[0].clone()
+    });
+    assert_eq!(plan_with(&both).performance.basis, Basis::Calibrated);
+    assert_eq!(plan_with(&both).performance.evidence, vec![42, 43]);
+    assert!(
+        d.performance.decode_tokens_per_s < analytic.performance.decode_tokens_per_s * 0.75,
+        "{} vs {}",
+        d.performance.decode_tokens_per_s,
+        analytic.performance.decode_tokens_per_s
+    );
+    assert!(
+        d.provenance["performance"].detail.contains("store row 42"),
+        "{:?}",
+        d.provenance["performance"]
+    );
+    // A measured decode throughput for this device at one sequence is the figure the document reports.
+    let measured = Evidence {
+        throughput: vec![ThroughputPoint {
+            row: 7,
+            device_profile: gpu,
+            runtime: RuntimeId::LlamaCpp,
+            phase: Phase::Decode,
+            tokens_per_s: 31.5,
+            concurrency: Some(1),
+            what: "llama-bench import".into(),
+        }],
+        rows: Some(1),
+        ..Evidence::default()
+    };
+    let d = plan_with(&measured);
+    assert_eq!(d.performance.basis, Basis::Measured);
+    assert_eq!(d.performance.decode_tokens_per_s, 31.5);
+    assert!((d.performance.time_per_output_token_ms - 1000.0 / 31.5).abs() < 1e-3);
+    assert_eq!(d.performance.evidence, vec![7]);
+    assert_eq!(
+        d.provenance["performance.decode_tokens_per_s"].source,
+        Source::Measured
     );
 }

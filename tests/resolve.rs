@@ -94,7 +94,11 @@ fn fixture_machines_models_and_workloads() {
         &set,
     );
     assert_eq!(
-        (d.status, common::llama(&d).strategy, common::llama(&d).gpu_layers),
+        (
+            d.status,
+            common::llama(&d).strategy,
+            common::llama(&d).gpu_layers
+        ),
         (Status::Fits, Strategy::Gpu, 33)
     );
     assert_fits(&d);
@@ -190,7 +194,10 @@ fn fixture_machines_models_and_workloads() {
     );
     assert_eq!(d.status, Status::Fits);
     assert!(
-        matches!(common::llama(&d).strategy, Strategy::MultiGpu | Strategy::Hybrid),
+        matches!(
+            common::llama(&d).strategy,
+            Strategy::MultiGpu | Strategy::Hybrid
+        ),
         "{:?}",
         common::llama(&d).strategy
     );
@@ -264,13 +271,19 @@ fn documents_are_deterministic_and_carry_launch_arguments() {
             .map(|i| argv[i + 1].clone())
     };
     assert_eq!(argv[0], "llama-server");
-    assert_eq!(flag("-c"), Some(common::llama(&d).context_length.to_string()));
+    assert_eq!(
+        flag("-c"),
+        Some(common::llama(&d).context_length.to_string())
+    );
     assert_eq!(flag("-ngl"), Some(common::llama(&d).gpu_layers.to_string()));
     assert_eq!(flag("-np"), Some(common::llama(&d).parallel.to_string()));
     assert_eq!(flag("-ctk"), Some(common::llama(&d).cache_type_k.clone()));
     let modelfile = &common::artifact(&d, "ollama").files["Modelfile"];
     assert!(
-        modelfile.contains(&format!("PARAMETER num_gpu {}\n", common::llama(&d).gpu_layers)),
+        modelfile.contains(&format!(
+            "PARAMETER num_gpu {}\n",
+            common::llama(&d).gpu_layers
+        )),
         "{modelfile}"
     );
     for key in [
@@ -390,8 +403,8 @@ fn chosen_plans_fit_and_no_fitting_alternative_scores_better() {
             // A better-scoring alternative may lose only by quantizing the KV cache further than the workload's
             // choice, which the kv-cache rules allow for memory, not for this gain, and it must say so.
             for a in d.alternatives.iter().filter(|a| a.fits) {
-                let same_kv = a.settings.llama_cpp().unwrap().cache_type_k
-                    == common::llama(&d).cache_type_k;
+                let same_kv =
+                    a.settings.llama_cpp().unwrap().cache_type_k == common::llama(&d).cache_type_k;
                 assert!(
                     a.score >= d.performance.score * (1.0 - 0.011)
                         || (!same_kv && a.why.contains("KV cache")),
@@ -588,7 +601,11 @@ fn throughput_plans_stop_adding_sequences_at_the_roofline_knee() {
         "batch-inference",
         &set,
     );
-    assert!(common::llama(&d).parallel < 256, "{}", common::llama(&d).parallel);
+    assert!(
+        common::llama(&d).parallel < 256,
+        "{}",
+        common::llama(&d).parallel
+    );
     let p = &d.provenance["settings.parallel"];
     assert!(p.detail.contains("roofline knee"), "{}", p.detail);
     assert_fits(&d);
@@ -973,7 +990,10 @@ fn speed_figures_are_the_roofline_worked_by_hand() {
             "{inv}: the arithmetic assumes these threads"
         );
         assert_eq!(
-            (common::llama(&d).ubatch_size, common::llama(&d).cache_type_k.as_str()),
+            (
+                common::llama(&d).ubatch_size,
+                common::llama(&d).cache_type_k.as_str()
+            ),
             (512, "f16"),
             "{inv}: the arithmetic assumes one f16 micro-batch of the whole prompt"
         );

@@ -366,11 +366,21 @@ fn evidence_returns_each_usable_row_with_its_id_and_counts_the_rest() {
     let eff: Vec<(i64, f64)> = ev.efficiencies.iter().map(|e| (e.row, e.value)).collect();
     // 15 names a runtime the planner does not know; 16 claims 750 % of the peak.
     assert_eq!(eff, vec![(10, 0.41), (11, 0.2)]);
-    assert!(ev.efficiencies.iter().all(|e| e.basis == optimizer::evidence::Basis::Calibrated));
+    assert!(
+        ev.efficiencies
+            .iter()
+            .all(|e| e.basis == optimizer::evidence::Basis::Calibrated)
+    );
     assert_eq!(ev.throughput.len(), 1);
-    assert_eq!((ev.throughput[0].row, ev.throughput[0].concurrency), (12, Some(1)));
+    assert_eq!(
+        (ev.throughput[0].row, ev.throughput[0].concurrency),
+        (12, Some(1))
+    );
     assert_eq!(ev.peak_memory.len(), 1);
-    assert_eq!((ev.peak_memory[0].row, ev.peak_memory[0].bytes), (13, 9_000_000_000));
+    assert_eq!(
+        (ev.peak_memory[0].row, ev.peak_memory[0].bytes),
+        (13, 9_000_000_000)
+    );
     // Asking twice for one profile counts its rows once.
     let twice = s
         .evidence(&["h100-sxm".into(), "h100-sxm".into()], "fp-a")

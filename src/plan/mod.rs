@@ -11,8 +11,6 @@
 pub mod explain;
 pub mod search;
 
-use std::collections::BTreeMap;
-
 use crate::emit::{
     self, CpuRef, Deployment, GpuRef, HardwareRef, ModelRef, Performance, Provenance, RuntimeRef,
     SlaStatus, Source, Status, WorkloadRef,
@@ -128,7 +126,19 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
     );
     let mut warnings = req.fleet.warnings.clone();
     warnings.extend(described.warnings);
-    let (performance, perf_notes) = performance(rt, req, &chosen, &described.devices, inp.evidence);
+    let host_layers = described
+        .topology
+        .stages
+        .iter()
+        .any(|s| s.device == crate::fleet::DeviceId::HOST.to_string() && s.layers.is_some());
+    let (performance, perf_notes) = performance(
+        rt,
+        req,
+        &chosen,
+        &described.devices,
+        host_layers,
+        inp.evidence,
+    );
     for (k, source, detail) in perf_notes {
         provenance.insert(k, Provenance { source, detail });
     }
@@ -237,13 +247,14 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
 }
 
 /// The chosen candidate's figures and what they rest on: rule efficiencies (`analytic`), store efficiencies
-/// (`calibrated`/`measured`, weakest basis among the devices used), or a throughput the store measured for this
+/// (`calibrated`/`measured`: the weakest basis among the efficiencies of the devices that compute), or a throughput the store measured for this
 /// model on this device at this many sequences, which replaces the prediction (measured beats assumed).
 fn performance<R: Runtime>(
     rt: &R,
     req: &Request,
     c: &Candidate<R::Point>,
     devices: &[String],
+    host_layers: bool,
     evidence: &Evidence,
 ) -> (Performance, Vec<(String, Source, String)>) {
     let fleet: &Fleet = req.fleet;
@@ -254,11 +265,16 @@ fn performance<R: Runtime>(
         .iter()
         .filter(|g| devices.contains(&g.id.to_string()))
         .collect();
-    // The host's efficiencies count only when it computes (no GPU, or layers left on it).
+    // The host's efficiencies count only when it computes layers (no GPU, or layers left on it).
+    let host_computes = host_layers || used_gpus.is_empty();
     let effs: Vec<&fleet::Efficiency> = used_gpus
         .iter()
         .flat_map(|g| [g.decode.as_ref(), g.prefill.as_ref()])
-        .chain([fleet.host.decode.as_ref(), fleet.host.prefill.as_ref()])
+        .chain(
+            [fleet.host.decode.as_ref(), fleet.host.prefill.as_ref()]
+                .into_iter()
+                .filter(|_| host_computes),
+        )
         .flatten()
         .collect();
     let rank = |b: Basis| match b {
@@ -346,7 +362,8 @@ fn performance<R: Runtime>(
             (Basis::Analytic, Some(n)) => format!(
                 "analytic: the measurement store holds {n} measurements for these devices and this model, none of which replaces the efficiency rules"
             ),
-            (Basis::Analytic, None) => "analytic: planned without the measurement store (see warnings), so the efficiency rules apply".into(),
+            (Basis::Analytic, None) if evidence.unavailable.is_some() => "analytic: planned without the measurement store (see warnings), so the efficiency rules apply".into(),
+            (Basis::Analytic, None) => "analytic: no measurement store was consulted, so the efficiency rules apply".into(),
             (b, _) => format!(
                 "{}: store rows {}",
                 format!("{b:?}").to_lowercase(),
@@ -369,6 +386,3 @@ fn performance<R: Runtime>(
         notes,
     )
 }
-
-/// Provenance map type the document carries.
-pub type ProvenanceMap = BTreeMap<String, Provenance>;

@@ -1,11 +1,10 @@
 //! Reading the measured llama.cpp tables (tests/fixtures/llama-cpp/measured-*.json): a row's flags as
-//! [`Params`], a table's CPU flags as a [`Machine`], the engine's 2-decimal MiB figures. Included by path
-//! (`#[path = "common/llama_cpp_rows.rs"]`) so it needs no change to `tests/common/mod.rs`.
+//! `Params` (the harness's `engine_params`), a table's CPU flags as a [`Machine`], the engine's 2-decimal MiB
+//! figures. Included by path (`#[path = "common/llama_cpp_rows.rs"]`) next to `mod common;`.
 
 use std::path::{Path, PathBuf};
 
-use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, Machine, Params};
-use optimizer::model::GgmlType;
+use optimizer::memory::llama_cpp::Machine;
 use serde_json::Value;
 
 /// Bytes in a MiB, the unit the engine prints.
@@ -23,49 +22,8 @@ pub fn read(name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn cfg<'a>(row: &'a Value, flag: &str) -> Option<&'a str> {
-    row["config"].get(flag).and_then(Value::as_str)
-}
-
-fn cfg_u32(row: &Value, flag: &str, default: u32) -> u32 {
-    cfg(row, flag).map_or(default, |s| s.parse().unwrap())
-}
-
-/// A `-ctk`/`-ctv` value as a cache type (f16 when absent).
-pub fn cache_type(s: Option<&str>) -> GgmlType {
-    let name = s.unwrap_or("f16");
-    CACHE_TYPES
-        .iter()
-        .copied()
-        .find(|t| t.name().eq_ignore_ascii_case(name))
-        .unwrap_or_else(|| panic!("cache type {name}"))
-}
-
-/// The row's flags as the memory model's parameters (the engine's defaults where a flag is absent).
-pub fn params(row: &Value) -> Params {
-    let flag = |f: &str| row["config"].get(f).is_some();
-    Params {
-        n_ctx: cfg_u32(row, "-c", 0),
-        n_batch: cfg_u32(row, "-b", 2048),
-        n_ubatch: cfg_u32(row, "-ub", 512),
-        n_parallel: cfg_u32(row, "-np", 1),
-        kv_unified: flag("--kv-unified") || flag("-kvu"),
-        type_k: cache_type(cfg(row, "-ctk")),
-        type_v: cache_type(cfg(row, "-ctv")),
-        flash_attn: match cfg(row, "-fa") {
-            Some("on") => FlashAttn::On,
-            Some("off") => FlashAttn::Off,
-            _ => FlashAttn::Auto,
-        },
-        n_gpu_layers: cfg(row, "-ngl").map_or(-1, |s| s.parse().unwrap()),
-        no_kv_offload: flag("-nkvo"),
-        n_cpu_moe: cfg_u32(row, "-ncmoe", 0),
-        mmap: !flag("--no-mmap"),
-        swa_full: flag("--swa-full"),
-        repack: !flag("--no-repack") && !flag("-nr"),
-        ..Params::default()
-    }
-}
+/// The row's flags as the memory model's parameters: the harness's one reader of engine command lines.
+pub use super::common::engine_params as params;
 
 /// The CPU features the repack rules read, from a table's `engine.cpu_flags`; no GPU.
 pub fn cpu_machine(table: &Value) -> Machine {

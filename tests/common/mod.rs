@@ -96,6 +96,27 @@ pub fn plan_workload(
     workload: &WorkloadProfile,
     overrides: &Overrides,
 ) -> Result<Deployment, PlanError> {
+    plan_with_evidence(
+        model,
+        path,
+        inv,
+        set,
+        workload,
+        overrides,
+        &Evidence::default(),
+    )
+}
+
+/// [`plan_workload`] with what a measurement store returned.
+pub fn plan_with_evidence(
+    model: &ModelSpec,
+    path: &str,
+    inv: &Inventory,
+    set: &ProfileSet,
+    workload: &WorkloadProfile,
+    overrides: &Overrides,
+    evidence: &Evidence,
+) -> Result<Deployment, PlanError> {
     plan::resolve(&Inputs {
         model,
         model_path: path,
@@ -103,7 +124,7 @@ pub fn plan_workload(
         hardware_source: "inventory",
         profiles: set,
         workload,
-        evidence: &Evidence::default(),
+        evidence,
         overrides,
     })
 }

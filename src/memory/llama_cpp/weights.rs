@@ -119,7 +119,7 @@ fn tied_output_copy(
             (repack
                 && embd.shape.len() == 2
                 && repacks_type(ty, ne1(&embd.shape), SimdFlags::of(cpu_features)))
-                .then_some((None, true))
+            .then_some((None, true))
         }
     }
 }
