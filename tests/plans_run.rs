@@ -581,15 +581,26 @@ fn store_evidence_sets_the_basis_and_cites_its_rows() {
     let d = plan_with(&calibrated);
     assert_eq!(d.performance.basis, Basis::Analytic);
     assert_eq!(d.performance.evidence, vec![42]);
-    let mut both = calibrated.clone();
-    both.efficiencies.push(MeasuredEfficiency {
-        row: 43,
-        phase: Phase::Prefill,
-        value: 0.5,
-        ..calibrated.efficiencies[0].clone()
-    });
-    assert_eq!(plan_with(&both).performance.basis, Basis::Calibrated);
-    assert_eq!(plan_with(&both).performance.evidence, vec![42, 43]);
+    // Every efficiency the prediction uses calibrated (the GPU's prefill and the host's, which computes the
+    // input rows and the per-token floor): the basis is calibrated.
+    let mut all = calibrated.clone();
+    let host = analytic.hardware.cpu.profile.clone();
+    for (row, profile, phase) in [
+        (43, gpu.clone(), Phase::Prefill),
+        (44, host.clone(), Phase::Decode),
+        (45, host, Phase::Prefill),
+    ] {
+        all.efficiencies.push(MeasuredEfficiency {
+            row,
+            device_profile: profile,
+            phase,
+            value: 0.5,
+            ..calibrated.efficiencies[0].clone()
+        });
+    }
+    let d = plan_with(&all);
+    assert_eq!(d.performance.basis, Basis::Calibrated);
+    assert_eq!(d.performance.evidence, vec![42, 43, 44, 45]);
     assert!(
         d.performance.decode_tokens_per_s < analytic.performance.decode_tokens_per_s * 0.75,
         "{} vs {}",

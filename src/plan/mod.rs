@@ -126,19 +126,7 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
     );
     let mut warnings = req.fleet.warnings.clone();
     warnings.extend(described.warnings);
-    let host_layers = described
-        .topology
-        .stages
-        .iter()
-        .any(|s| s.device == crate::fleet::DeviceId::HOST.to_string() && s.layers.is_some());
-    let (performance, perf_notes) = performance(
-        rt,
-        req,
-        &chosen,
-        &described.devices,
-        host_layers,
-        inp.evidence,
-    );
+    let (performance, perf_notes) = performance(rt, req, &chosen, &described.devices, inp.evidence);
     for (k, source, detail) in perf_notes {
         provenance.insert(k, Provenance { source, detail });
     }
@@ -247,14 +235,13 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
 }
 
 /// The chosen candidate's figures and what they rest on: rule efficiencies (`analytic`), store efficiencies
-/// (`calibrated`/`measured`: the weakest basis among the efficiencies of the devices that compute), or a throughput the store measured for this
+/// (`calibrated`/`measured`: the weakest basis among the efficiencies of the devices used, the host's included), or a throughput the store measured for this
 /// model on this device at this many sequences, which replaces the prediction (measured beats assumed).
 fn performance<R: Runtime>(
     rt: &R,
     req: &Request,
     c: &Candidate<R::Point>,
     devices: &[String],
-    host_layers: bool,
     evidence: &Evidence,
 ) -> (Performance, Vec<(String, Source, String)>) {
     let fleet: &Fleet = req.fleet;
@@ -265,16 +252,11 @@ fn performance<R: Runtime>(
         .iter()
         .filter(|g| devices.contains(&g.id.to_string()))
         .collect();
-    // The host's efficiencies count only when it computes layers (no GPU, or layers left on it).
-    let host_computes = host_layers || used_gpus.is_empty();
+    // The host always computes (input rows, sampling, the per-token floor), so its efficiencies count too.
     let effs: Vec<&fleet::Efficiency> = used_gpus
         .iter()
         .flat_map(|g| [g.decode.as_ref(), g.prefill.as_ref()])
-        .chain(
-            [fleet.host.decode.as_ref(), fleet.host.prefill.as_ref()]
-                .into_iter()
-                .filter(|_| host_computes),
-        )
+        .chain([fleet.host.decode.as_ref(), fleet.host.prefill.as_ref()])
         .flatten()
         .collect();
     let rank = |b: Basis| match b {
