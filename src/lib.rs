@@ -12,5 +12,6 @@ pub mod model;
 pub mod perf;
 pub mod plan;
 pub mod profile;
+pub mod schema;
 pub mod store;
 pub mod yaml;

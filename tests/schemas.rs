@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use optimizer::profile::schema::{NAMES, render};
+use optimizer::schema::{NAMES, render};
 
 #[test]
 fn committed_schemas_are_current() {
