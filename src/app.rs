@@ -301,11 +301,45 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
 
 /// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).
 fn cluster_node(path: &Path) -> Result<(Inventory, u32), Failure> {
-    // CLUSTER-STUB: replaced when hardware::cluster lands.
-    Err(Failure::new(
-        exit::USAGE,
-        anyhow::anyhow!("{}: clusters pending", path.display()),
-    ))
+    use crate::hardware::InventoryError;
+    let cluster = crate::hardware::load_cluster(path).map_err(|e| match &e {
+        InventoryError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Failure::new(exit::USAGE, e).hint("check the cluster path")
+        }
+        InventoryError::Io { source, .. } if crate::input::is_invalid_input(source) => {
+            Failure::new(exit::INVALID_INPUT, e)
+        }
+        InventoryError::Io { .. } => Failure::new(exit::RUNTIME, e),
+        InventoryError::Invalid { .. } => Failure::new(exit::INVALID_INPUT, e)
+            .hint("`optimizer schema cluster` prints the cluster schema"),
+    })?;
+    let first = &cluster.nodes[0];
+    if let Some(other) = cluster
+        .nodes
+        .iter()
+        .find(|n| n.inventory != first.inventory)
+    {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "{}: node groups {:?} and {:?} differ; a plan covers identical nodes (one replica per node) until plans span nodes",
+                path.display(),
+                first.name,
+                other.name
+            ),
+        ));
+    }
+    let nodes = cluster
+        .node_count()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            Failure::new(
+                exit::INVALID_INPUT,
+                anyhow::anyhow!("{}: the node count overflows", path.display()),
+            )
+        })?;
+    Ok((first.inventory.clone(), nodes))
 }
 
 /// This machine (or the inventory) with its GPUs replaced by `n` GPUs of a profile.

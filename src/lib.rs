@@ -16,5 +16,6 @@ pub mod perf;
 pub mod plan;
 pub mod profile;
 pub mod runtime;
+pub mod schema;
 pub mod store;
 pub mod yaml;

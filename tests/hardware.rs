@@ -766,3 +766,217 @@ fn bad_inventories_exit_4_naming_the_file_and_defect() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+fn cluster_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/clusters")
+        .join(name)
+}
+
+/// The 64-GPU fixture: one group of 8 identical 8-GPU nodes, NDR InfiniBand between them, each figure sourced.
+#[test]
+fn the_h100_8x8_cluster_parses() {
+    use hardware::cluster::{FabricKind, MAX_CLUSTER_NODES};
+    let c = hardware::load_cluster(&cluster_fixture("h100-8x8.yaml")).unwrap();
+    assert_eq!(c.nodes.len(), 1);
+    assert_eq!(c.node_count(), Ok(8));
+    assert_eq!(c.device_count(), Ok(64));
+    assert!(c.node_count().unwrap() <= MAX_CLUSTER_NODES);
+    let node = &c.nodes[0];
+    assert!(
+        node.inventory
+            .gpus
+            .iter()
+            .all(|g| g.name == "NVIDIA H100 80GB HBM3")
+    );
+    let f = c.fabric.as_ref().unwrap();
+    assert_eq!(f.kind, FabricKind::Infiniband);
+    let bw = f.bandwidth_gb_s.as_ref().unwrap();
+    assert_eq!(bw.value, 50.0);
+    assert!(bw.source.contains("400 Gb/s"));
+    assert_eq!(f.links_per_node.as_ref().unwrap().value, 8);
+    assert!(
+        f.latency_us.is_none(),
+        "no latency is claimed without a source"
+    );
+    // Each node resolves to the H100 SXM profile, as the single-node inventory does.
+    let set = builtin();
+    assert!(
+        resolved(&node.inventory, &set)
+            .iter()
+            .all(|(id, _)| id == "h100-sxm")
+    );
+    // And the YAML the type writes reads back to the same cluster.
+    let text = serde_yaml_ng::to_string(&c).unwrap();
+    assert_eq!(hardware::parse_cluster(&text).unwrap(), c);
+}
+
+/// `device_count` multiplies with checked arithmetic: the largest count a file can state gives the exact
+/// product, not a wrapped one.
+#[test]
+fn cluster_device_count_is_exact_at_the_largest_counts() {
+    let mut c = hardware::load_cluster(&cluster_fixture("h100-8x8.yaml")).unwrap();
+    c.nodes[0].count = u32::MAX;
+    assert_eq!(c.device_count(), Ok(8 * u64::from(u32::MAX)));
+    let twin = hardware::Node {
+        name: "twin".into(),
+        ..c.nodes[0].clone()
+    };
+    c.nodes.push(twin);
+    assert_eq!(c.node_count(), Ok(2 * u64::from(u32::MAX)));
+    assert_eq!(c.device_count(), Ok(16 * u64::from(u32::MAX)));
+}
+
+/// Bad cluster files: each defect is an error naming it (and, loaded from a file, the file), never a panic.
+#[test]
+fn bad_clusters_are_refused_naming_the_defect() {
+    let good = std::fs::read_to_string(cluster_fixture("h100-8x8.yaml")).unwrap();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "unknown-top.yaml",
+            format!("{good}fabrik: ethernet\n"),
+            "fabrik",
+        ),
+        (
+            "unknown-node.yaml",
+            good.replace("    count: 8\n", "    count: 8\n    gpus_per_node: 8\n"),
+            "gpus_per_node",
+        ),
+        (
+            "unknown-fabric.yaml",
+            good.replace("  kind: infiniband\n", "  kind: infiniband\n  mtu: 4096\n"),
+            "mtu",
+        ),
+        (
+            "bad-kind.yaml",
+            good.replace("kind: infiniband", "kind: infinyband"),
+            "infinyband",
+        ),
+        (
+            "count-0.yaml",
+            good.replace("count: 8", "count: 0"),
+            "count is 0",
+        ),
+        (
+            "count-1025.yaml",
+            good.replace("count: 8", "count: 1025"),
+            "limit of 1024 nodes",
+        ),
+        (
+            "count-negative.yaml",
+            good.replace("count: 8", "count: -1"),
+            "count",
+        ),
+        (
+            "count-huge.yaml",
+            good.replace("count: 8", "count: 99999999999999999999"),
+            "count",
+        ),
+        ("no-nodes.yaml", "nodes: []\n".into(), "at least one node"),
+        (
+            "unsourced.yaml",
+            good.replace(
+                "    source: \"InfiniBand NDR",
+                "    sourc: \"InfiniBand NDR",
+            ),
+            "sourc",
+        ),
+        (
+            "empty-source.yaml",
+            format!("{}  latency_us: {{value: 1.0, source: \" \"}}\n", good),
+            "empty source",
+        ),
+        (
+            "nan-bandwidth.yaml",
+            good.replace("value: 50", "value: .nan"),
+            "fabric.bandwidth_gb_s",
+        ),
+        (
+            "negative-latency.yaml",
+            format!("{good}  latency_us: {{value: -1, source: x}}\n"),
+            "fabric.latency_us",
+        ),
+        (
+            "bits-for-bytes.yaml",
+            good.replace("value: 50", "value: 400000"),
+            "fabric.bandwidth_gb_s",
+        ),
+        (
+            "bad-inventory.yaml",
+            good.replace(
+                "memory_free_bytes: 84986691584",
+                "memory_free_bytes: 95986691584",
+            ),
+            "nodes[0] (h100-node): inventory: gpus[0]",
+        ),
+        ("truncated.yaml", good[..good.len() / 3].to_string(), ""),
+        ("not-yaml.yaml", "nodes: [\n".into(), ""),
+    ];
+    let d = tempfile::tempdir().unwrap();
+    for (name, text, needle) in &cases {
+        let p = d.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        match hardware::load_cluster(&p) {
+            Err(e @ hardware::InventoryError::Invalid { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(&p.display().to_string()) && msg.contains(needle),
+                    "{name}: {msg}"
+                );
+            }
+            other => panic!("{name}: expected an invalid-file error, got {other:?}"),
+        }
+    }
+    // Two groups whose counts add past the limit, and two groups with one name.
+    let second = good
+        .split("fabric:")
+        .next()
+        .unwrap()
+        .split("nodes:\n")
+        .nth(1)
+        .unwrap()
+        .replace("name: h100-node", "name: other")
+        .replace("count: 8", "count: 1017");
+    let text = good.replace("fabric:", &format!("{second}fabric:"));
+    let err = hardware::parse_cluster(&text).unwrap_err();
+    assert!(
+        err.contains("nodes[1] (other)") && err.contains("1024"),
+        "{err}"
+    );
+    let dup = text
+        .replace("name: other", "name: h100-node")
+        .replace("count: 1017", "count: 1");
+    let err = hardware::parse_cluster(&dup).unwrap_err();
+    assert!(err.contains("appears twice"), "{err}");
+}
+
+/// A cluster file is read like an inventory: regular files only (a directory or FIFO is refused, not read
+/// forever), bounded in size.
+#[test]
+fn cluster_files_must_be_regular_and_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        hardware::load_cluster(d.path()),
+        Err(hardware::InventoryError::Invalid { .. })
+    ));
+    let big = d.path().join("big.yaml");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(hardware::cluster::MAX_CLUSTER_BYTES + 1).unwrap();
+    let e = hardware::load_cluster(&big).unwrap_err();
+    assert!(e.to_string().contains("big.yaml"), "{e}");
+    #[cfg(unix)]
+    {
+        let fifo = d.path().join("fifo.yaml");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(matches!(
+            hardware::load_cluster(&fifo),
+            Err(hardware::InventoryError::Invalid { .. })
+        ));
+    }
+    assert!(matches!(
+        hardware::load_cluster(&d.path().join("missing.yaml")),
+        Err(hardware::InventoryError::Io { .. })
+    ));
+}

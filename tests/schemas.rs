@@ -4,7 +4,7 @@
 mod common;
 use common::{bin, root};
 
-use optimizer::profile::schema::{NAMES, render};
+use optimizer::schema::{NAMES, render};
 
 #[test]
 fn committed_schemas_are_current() {

@@ -150,11 +150,8 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Schema { name } => {
-            if crate::profile::schema::by_name(&name).is_none() {
-                let names: Vec<&str> = crate::profile::schema::NAMES
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .collect();
+            if crate::schema::by_name(&name).is_none() {
+                let names: Vec<&str> = crate::schema::NAMES.iter().map(|(n, _)| *n).collect();
                 return Err(
                     Failure::new(exit::USAGE, anyhow::anyhow!("unknown schema {name:?}"))
                         .hint(format!("schemas: {}", names.join(", "))),
@@ -205,9 +202,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
-        Command::Schema(name) => {
-            write_stdout(&crate::profile::schema::render(&name).unwrap_or_default())
-        }
+        Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
     }
 }
 

@@ -26,8 +26,28 @@ pub fn cuda_version_string(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
+/// Where an NVIDIA kernel driver shows itself on Linux: `/proc/driver/nvidia` (procfs's driver directory is
+/// not namespaced, so containers see it too) and, under WSL 2, the paravirtual GPU device `/dev/dxg` through
+/// which the Windows driver serves `libcuda`.
+pub const NVIDIA_DRIVER_MARKERS: &[&str] = &["/proc/driver/nvidia", "/dev/dxg"];
+
+/// Whether an NVIDIA driver can be present. On Linux without any of [`NVIDIA_DRIVER_MARKERS`] neither NVML
+/// nor the CUDA driver can see a GPU, and asking them costs most of a live probe: cudarc looks for `libcuda`
+/// under about 50 names, each a walk of the library path (about 180 failed opens, 1-2 ms). Elsewhere the
+/// libraries are asked.
+pub fn nvidia_driver_possible(exists: impl Fn(&str) -> bool) -> bool {
+    !cfg!(target_os = "linux") || NVIDIA_DRIVER_MARKERS.iter().any(|p| exists(p))
+}
+
 /// Probes every NVIDIA GPU this process can see.
 pub fn probe(notes: &mut Vec<String>) -> Vec<Gpu> {
+    if !nvidia_driver_possible(|p| std::path::Path::new(p).exists()) {
+        notes.push(format!(
+            "no NVIDIA GPU visible: no NVIDIA kernel driver ({} absent)",
+            NVIDIA_DRIVER_MARKERS.join(", ")
+        ));
+        return Vec::new();
+    }
     let cuda = cuda_devices(notes);
     match Nvml::init() {
         Ok(nvml) => {
@@ -291,6 +311,17 @@ mod tests {
         assert!(same_bus("00000001:af:1f.0", &(1, 0xaf, 0x1f)));
         assert!(!same_bus("00000000:02:00.0", &(0, 1, 0)));
         assert!(!same_bus("garbage", &(0, 1, 0)));
+    }
+
+    #[test]
+    fn the_driver_markers_decide_whether_libraries_are_asked() {
+        if cfg!(target_os = "linux") {
+            assert!(!nvidia_driver_possible(|_| false));
+            assert!(nvidia_driver_possible(|p| p == "/proc/driver/nvidia"));
+            assert!(nvidia_driver_possible(|p| p == "/dev/dxg"));
+        } else {
+            assert!(nvidia_driver_possible(|_| false));
+        }
     }
 
     /// On a machine without an NVIDIA driver (every CI machine), the probe yields no GPUs and a note.

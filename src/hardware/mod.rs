@@ -8,6 +8,7 @@
 //! ([`macos`]).
 
 pub mod cgroup;
+pub mod cluster;
 pub mod cpu;
 pub mod gpu;
 mod inventory;
@@ -16,6 +17,7 @@ pub mod sysfs;
 
 use std::path::{Path, PathBuf};
 
+pub use cluster::{Cluster, Fabric, FabricKind, Node, Sourced, load_cluster, parse_cluster};
 pub use inventory::{Bound, Caches, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory, Memory};
 
 /// Where an inventory comes from.
@@ -51,7 +53,8 @@ impl Probe for FixtureProbe {
     }
 }
 
-/// An inventory file could not be used.
+/// An inventory or cluster file could not be used: `Io` is the environment's fault (exit 1, or 2 for a missing
+/// path), `Invalid` the file's (exit 4).
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
     #[error("{path}: {source}", path = path.display())]
@@ -69,26 +72,28 @@ pub const MAX_INVENTORY_BYTES: u64 = 4 << 20;
 
 /// Reads and checks an inventory YAML file.
 pub fn load_inventory(path: &Path) -> Result<Inventory, InventoryError> {
-    let io = |source| InventoryError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    // Regular files only (a FIFO would hang the read, `/dev/zero` would never end it), bounded.
-    let text = crate::input::read_text_bounded(path, MAX_INVENTORY_BYTES, "an inventory").map_err(
-        |source| {
-            if crate::input::is_invalid_input(&source) {
-                InventoryError::Invalid {
-                    path: path.to_path_buf(),
-                    message: source.to_string(),
-                }
-            } else {
-                io(source)
-            }
-        },
-    )?;
+    let text = read_bounded(path, MAX_INVENTORY_BYTES, "an inventory")?;
     parse_inventory(&text).map_err(|message| InventoryError::Invalid {
         path: path.to_path_buf(),
         message,
+    })
+}
+
+/// Reads a regular file of at most `max_bytes` (a FIFO would hang the read, `/dev/zero` would never end it):
+/// what makes the file unusable as input is `Invalid`, the rest `Io`.
+fn read_bounded(path: &Path, max_bytes: u64, what: &'static str) -> Result<String, InventoryError> {
+    crate::input::read_text_bounded(path, max_bytes, what).map_err(|source| {
+        if crate::input::is_invalid_input(&source) {
+            InventoryError::Invalid {
+                path: path.to_path_buf(),
+                message: source.to_string(),
+            }
+        } else {
+            InventoryError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
     })
 }
 

@@ -2,9 +2,9 @@
 //!
 //! The built-in set is embedded in the binary (an installed `optimizer` works anywhere) and overlaid by user
 //! directories (`$XDG_CONFIG_HOME/optimizer/profiles`, then each `--profiles DIR`). Every file is checked against
-//! its JSON Schema (generated from [`types`]), then deserialized, then checked for what a schema cannot say
-//! (sources for every number, finite numbers, named limits, TFLOPS consistent with SMs × clock, unique ids,
-//! non-overlapping match rules). May touch: profile files.
+//! its JSON Schema (generated from [`types`]; [`json_schema`]), then deserialized, then checked for what a
+//! schema cannot say (sources for every number, finite numbers, named limits, TFLOPS consistent with SMs ×
+//! clock, unique ids, non-overlapping match rules). May touch: profile files.
 //!
 //! # Overlay semantics
 //! - A file whose id equals a built-in one (a hardware profile, a workload, or a rule *table*) replaces it
@@ -22,11 +22,14 @@
 //!   both files, as is a rule id defined twice (provenance cites a rule by its id alone).
 //! - To change a built-in row, replace its table (same table id); to add rows, add a table with a new id.
 //!
+//! Built-in files are validated when they are built and tested, user overlays when they are loaded: a run
+//! without overlays deserializes the built-in set from JSON converted at build time ([`builtin_set`]) and
+//! compiles no schema. Trade-off: a binary built from edited profiles without running the tests trusts them.
+//!
 //! Trade-off: conflicting rows are refused rather than resolved by file order, so an overlay cannot shadow a
 //! built-in row silently, at the cost of copying a whole table to change one row of it.
 
 pub mod matching;
-pub mod schema;
 pub mod types;
 pub mod validate;
 
@@ -57,6 +60,15 @@ impl ProfileKind {
         }
     }
 
+    /// The name of its schema (`optimizer schema NAME`, `schemas/NAME.schema.json`).
+    pub fn schema_name(self) -> &'static str {
+        match self {
+            ProfileKind::Hardware => "hardware-profile",
+            ProfileKind::Workload => "workload",
+            ProfileKind::Rules => "rules",
+        }
+    }
+
     fn from_dir(name: &str) -> Option<Self> {
         match name {
             "hardware" => Some(ProfileKind::Hardware),
@@ -65,6 +77,18 @@ impl ProfileKind {
             _ => None,
         }
     }
+}
+
+/// The JSON Schema of one kind of profile file, generated from its type. Profile validation builds its
+/// validators from it; the registry in [`crate::schema`] publishes it (the registry sits above this module, so
+/// this module never imports it).
+pub fn json_schema(kind: ProfileKind) -> serde_json::Value {
+    let schema = match kind {
+        ProfileKind::Hardware => schemars::schema_for!(HardwareProfile),
+        ProfileKind::Workload => schemars::schema_for!(WorkloadProfile),
+        ProfileKind::Rules => schemars::schema_for!(RuleTable),
+    };
+    serde_json::to_value(schema).unwrap_or(serde_json::Value::Null)
 }
 
 /// Where a profile came from.
@@ -510,20 +534,76 @@ pub fn user_dir(xdg_config_home: Option<&str>, home: Option<&str>) -> Option<Pat
     }
 }
 
-/// Loads the built-in set overlaid by `overlay_dirs` (in order; missing directories are skipped). Every file
-/// is validated; any error fails the load with every diagnostic.
-pub fn load(overlay_dirs: &[PathBuf]) -> Result<ProfileSet, Vec<Diagnostic>> {
-    let mut files = builtin_files();
+/// The built-in set, deserialized from the JSON that build.rs converted the embedded YAML into. It is not
+/// validated here: every embedded file is validated when it is built and tested (`tests/profiles_validate.rs`
+/// checks the files, `tests/startup_builtin.rs` that this set equals the validated one), which takes the
+/// schema compilation and YAML scan off every run. A file that does not deserialize (possible only where
+/// those tests were not run) is a diagnostic naming it, never a panic.
+pub fn builtin_set() -> Result<ProfileSet, Vec<Diagnostic>> {
+    fn entry<T: serde::de::DeserializeOwned>(
+        json: &str,
+        origin: &Origin,
+    ) -> Result<Entry<T>, Diagnostic> {
+        serde_json::from_str(json)
+            .map(|value| Entry {
+                value,
+                origin: origin.clone(),
+                overrides: None,
+            })
+            .map_err(|e| Diagnostic {
+                path: origin.path.clone(),
+                instance_path: String::new(),
+                message: format!("built-in profile does not deserialize: {e}"),
+            })
+    }
+    let mut set = ProfileSet::default();
     let mut diags = Vec::new();
+    for ((rel, _), json) in embedded::EMBEDDED.iter().zip(embedded::EMBEDDED_JSON) {
+        let origin = Origin {
+            path: format!("builtin:{rel}"),
+            builtin: true,
+        };
+        let kind = rel.split('/').next().and_then(ProfileKind::from_dir);
+        let pushed = match kind {
+            Some(ProfileKind::Hardware) => entry(json, &origin).map(|e| set.hardware.push(e)),
+            Some(ProfileKind::Workload) => entry(json, &origin).map(|e| set.workloads.push(e)),
+            Some(ProfileKind::Rules) => entry(json, &origin).map(|e| set.rules.push(e)),
+            None => Err(Diagnostic {
+                path: origin.path.clone(),
+                instance_path: String::new(),
+                message: "built-in profile outside hardware/, workloads/ or rules/".into(),
+            }),
+        };
+        if let Err(d) = pushed {
+            diags.push(d);
+        }
+    }
+    if diags.is_empty() {
+        Ok(set)
+    } else {
+        Err(diags)
+    }
+}
+
+/// Loads the built-in set ([`builtin_set`]) overlaid by `overlay_dirs` (in order; missing directories are
+/// skipped). Every overlay file is validated (schema, values, and the checks across files over the whole set
+/// in force); any error fails the load with every diagnostic. Without overlay files nothing is validated at
+/// run time.
+pub fn load(overlay_dirs: &[PathBuf]) -> Result<ProfileSet, Vec<Diagnostic>> {
+    let builtin = builtin_set()?;
     let existing: Vec<PathBuf> = overlay_dirs
         .iter()
         .filter(|d| d.is_dir())
         .cloned()
         .collect();
-    let (user, d) = read_paths(&existing);
-    files.extend(user);
-    diags.extend(d);
-    let (set, d) = validate::validate_files(&files, true);
+    if existing.is_empty() {
+        return Ok(builtin);
+    }
+    let (user, mut diags) = read_paths(&existing);
+    if user.is_empty() && diags.is_empty() {
+        return Ok(builtin);
+    }
+    let (set, d) = validate::validate_overlay(builtin, &user);
     diags.extend(d);
     if diags.is_empty() {
         Ok(set)

@@ -91,13 +91,14 @@ fn validator(kind: ProfileKind) -> Result<&'static jsonschema::Validator, String
     static HW: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
     static WL: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
     static RU: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
-    let (cell, name) = match kind {
-        ProfileKind::Hardware => (&HW, "hardware-profile"),
-        ProfileKind::Workload => (&WL, "workload"),
-        ProfileKind::Rules => (&RU, "rules"),
+    let cell = match kind {
+        ProfileKind::Hardware => &HW,
+        ProfileKind::Workload => &WL,
+        ProfileKind::Rules => &RU,
     };
+    let name = kind.schema_name();
     cell.get_or_init(|| {
-        let schema = super::schema::by_name(name).ok_or_else(|| format!("no schema {name}"))?;
+        let schema = super::json_schema(kind);
         jsonschema::validator_for(&schema)
             .map_err(|e| format!("schema {name} does not compile: {e}"))
     })
@@ -114,9 +115,7 @@ fn rule_table_validator(table_kind: &str) -> Option<&'static jsonschema::Validat
     BY_KIND
         .get_or_init(|| {
             let mut out = BTreeMap::new();
-            let Some(root) = super::schema::by_name("rules") else {
-                return out;
-            };
+            let root = super::json_schema(ProfileKind::Rules);
             let branches = root
                 .get("oneOf")
                 .and_then(Value::as_array)
@@ -668,9 +667,23 @@ pub fn validate_files(
     files: &[SourceFile],
     with_builtin_rules: bool,
 ) -> (ProfileSet, Vec<Diagnostic>) {
-    let mut set = ProfileSet::default();
+    validate_into(ProfileSet::default(), files, with_builtin_rules)
+}
+
+/// Validates `files` (user overlays) on top of `base` (the built-in set, already validated when it was built
+/// and tested): every file is checked alone as [`validate_files`] does, a file whose id equals one in `base`
+/// replaces it, and the checks across files run over the whole set in force, so an overlay row that
+/// conflicts with a built-in one is reported at the overlay's file.
+pub fn validate_overlay(base: ProfileSet, files: &[SourceFile]) -> (ProfileSet, Vec<Diagnostic>) {
+    validate_into(base, files, true)
+}
+
+fn validate_into(
+    mut set: ProfileSet,
+    files: &[SourceFile],
+    with_builtin_rules: bool,
+) -> (ProfileSet, Vec<Diagnostic>) {
     let mut diags = Vec::new();
-    let mut raw: BTreeMap<String, Value> = BTreeMap::new();
     for f in files {
         let path = f.origin.path.clone();
         let mut d = |instance_path: String, message: String| {
@@ -754,7 +767,6 @@ pub fn validate_files(
                 Ok(h) => {
                     check_id(&h.id, &mut d);
                     check_hardware(&h, &value, &mut d);
-                    raw.insert(h.id.clone(), value);
                     insert(
                         &mut set.hardware,
                         h,
@@ -1000,7 +1012,7 @@ fn check_set(set: &ProfileSet, with_builtin_rules: bool, diags: &mut Vec<Diagnos
     let builtin;
     let mut archs: Vec<&super::ArchitectureRule> = set.architectures().collect();
     if archs.is_empty() && with_builtin_rules {
-        builtin = super::validate::validate_files(&super::builtin_files(), false).0;
+        builtin = super::builtin_set().unwrap_or_default();
         archs = builtin.architectures().collect();
     }
     let mut arch_ids = BTreeSet::new();

@@ -942,6 +942,18 @@ impl Runtime for LlamaCpp<'_> {
             .iter()
             .filter(|s| s.layers.is_some() || s.output_layer)
             .count() as u32;
+        put(
+            "topology",
+            Source::Computed,
+            if fleet.nodes > 1 {
+                format!(
+                    "llama-server is one process on one node: each of the {} identical nodes runs a replica of this plan behind a load balancer, and every figure in performance is one replica's",
+                    fleet.nodes
+                )
+            } else {
+                "one llama-server process; its layers run on the stages in order (-sm layer)".into()
+            },
+        );
         let topology = Topology {
             nodes: fleet.nodes,
             data_parallel: fleet.nodes,

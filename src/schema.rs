@@ -1,11 +1,16 @@
-//! JSON Schemas generated from the Rust types (schemars). The committed copies in `schemas/` are checked
-//! current by a test; `optimizer schema NAME` prints one.
+//! The JSON-schema registry: every schema the project publishes, generated from the Rust types (schemars).
+//! The committed copies in `schemas/` are checked current by a test (`tests/schemas.rs`); `optimizer schema
+//! NAME` prints one.
+//!
+//! It sits above `profile`, `hardware` and `emit` and imports their types, so none of them imports another
+//! to reach a schema: profile validation generates its own schemas ([`crate::profile::json_schema`]), the
+//! deployment document's lives with `emit`, and this module only names them. May touch: nothing.
 
 use schemars::JsonSchema;
 use serde_json::Value;
 
-use super::types::{HardwareProfile, RuleTable, WorkloadProfile};
-use crate::hardware::Inventory;
+use crate::hardware::{Cluster, Inventory};
+use crate::profile::ProfileKind;
 
 /// Every schema the project publishes: (name, file name under `schemas/`).
 pub const NAMES: &[(&str, &str)] = &[
@@ -13,6 +18,7 @@ pub const NAMES: &[(&str, &str)] = &[
     ("workload", "workload.schema.json"),
     ("rules", "rules.schema.json"),
     ("inventory", "inventory.schema.json"),
+    ("cluster", "cluster.schema.json"),
     ("deployment", "deployment.schema.json"),
 ];
 
@@ -23,10 +29,11 @@ fn generate<T: JsonSchema>() -> Value {
 /// The schema named `name` (one of [`NAMES`]).
 pub fn by_name(name: &str) -> Option<Value> {
     Some(match name {
-        "hardware-profile" => generate::<HardwareProfile>(),
-        "workload" => generate::<WorkloadProfile>(),
-        "rules" => generate::<RuleTable>(),
+        "hardware-profile" => crate::profile::json_schema(ProfileKind::Hardware),
+        "workload" => crate::profile::json_schema(ProfileKind::Workload),
+        "rules" => crate::profile::json_schema(ProfileKind::Rules),
         "inventory" => generate::<Inventory>(),
+        "cluster" => generate::<Cluster>(),
         "deployment" => generate::<crate::emit::Deployment>(),
         _ => return None,
     })
