@@ -17,6 +17,7 @@ use common::{build, fixture, inventory, profiles, root, synth};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use optimizer::evidence::Evidence;
 use optimizer::hardware::{self, Inventory};
 use optimizer::memory::llama_cpp::{self, FlashAttn, Machine, Params};
 use optimizer::model::gguf_builder::LlamaShape;
@@ -260,8 +261,16 @@ fn planner_predictions_match_llama_bench_on_an_h100() {
         (w.prompt_tokens, w.generation_tokens) = if prefill { (n, 1) } else { (1, n) };
         w.context = ContextPolicy::Fixed { tokens: n + 1 };
         w.precision.kv_cache = vec!["f16".into()];
-        let doc =
-            common::plan_workload(spec, "m.gguf", &inv, &set, &w, &Overrides::default()).unwrap();
+        let doc = common::plan_workload(
+            spec,
+            "m.gguf",
+            &inv,
+            &set,
+            &w,
+            &Overrides::default(),
+            &Evidence::default(),
+        )
+        .unwrap();
         assert_eq!(
             common::llama(&doc).strategy,
             optimizer::emit::Strategy::Gpu,

@@ -20,6 +20,7 @@ use common::{bin, fixture, profiles, root};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use optimizer::evidence::Evidence;
 use optimizer::hardware;
 use optimizer::model;
 use optimizer::plan::Overrides;
@@ -714,6 +715,7 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
                     &set,
                     &w.value,
                     &Overrides::default(),
+                    &Evidence::default(),
                 ) {
                     Ok(d) => d,
                     Err(e) => {

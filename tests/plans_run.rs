@@ -541,7 +541,7 @@ fn store_evidence_sets_the_basis_and_cites_its_rows() {
     let w = &set.workload("inference").unwrap().value;
     let path = path.display().to_string();
     let plan_with = |ev: &Evidence| {
-        common::plan_with_evidence(&m8, &path, &inv, &set, w, &Overrides::default(), ev).unwrap()
+        common::plan_workload(&m8, &path, &inv, &set, w, &Overrides::default(), ev).unwrap()
     };
     let analytic = plan_with(&Evidence::default());
     assert_eq!(analytic.performance.basis, Basis::Analytic);

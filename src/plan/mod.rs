@@ -303,31 +303,38 @@ fn performance<R: Runtime>(
             })
             .max_by_key(|t| t.row)
     };
-    if let Some(t) = measured(Phase::Decode) {
-        p.decode_tokens_per_s = t.tokens_per_s;
-        p.time_per_output_token_ms = 1e3 * seqs as f64 / t.tokens_per_s;
+    // Decode: tokens per second over all sequences, each sequence one token per step; prefill: the workload's
+    // prompt at that rate.
+    let prompt = req.workload.prompt_tokens as f64;
+    for (phase, key, predicted, per_token) in [
+        (
+            Phase::Decode,
+            "decode",
+            c.eval.prediction.decode_tokens_per_s,
+            seqs as f64,
+        ),
+        (
+            Phase::Prefill,
+            "prefill",
+            c.eval.prediction.prefill_tokens_per_s,
+            prompt,
+        ),
+    ] {
+        let Some(t) = measured(phase) else { continue };
+        let ms = 1e3 * per_token / t.tokens_per_s;
+        if phase == Phase::Decode {
+            (p.decode_tokens_per_s, p.time_per_output_token_ms) = (t.tokens_per_s, ms);
+        } else {
+            (p.prefill_tokens_per_s, p.time_to_first_token_ms) = (t.tokens_per_s, ms);
+        }
         basis = Basis::Measured;
         rows.push(t.row);
         notes.push((
-            "performance.decode_tokens_per_s".into(),
+            format!("performance.{key}_tokens_per_s"),
             Source::Measured,
             format!(
-                "store row {} ({}): {:.1} tokens/s measured over {seqs} sequences; the model predicted {:.1}",
-                t.row, t.what, t.tokens_per_s, c.eval.prediction.decode_tokens_per_s
-            ),
-        ));
-    }
-    if let Some(t) = measured(Phase::Prefill) {
-        p.prefill_tokens_per_s = t.tokens_per_s;
-        p.time_to_first_token_ms = 1e3 * req.workload.prompt_tokens as f64 / t.tokens_per_s;
-        basis = Basis::Measured;
-        rows.push(t.row);
-        notes.push((
-            "performance.prefill_tokens_per_s".into(),
-            Source::Measured,
-            format!(
-                "store row {} ({}): {:.1} tokens/s measured; the model predicted {:.1}",
-                t.row, t.what, t.tokens_per_s, c.eval.prediction.prefill_tokens_per_s
+                "store row {} ({}): {:.1} tokens/s measured at {seqs} sequences; the model predicted {predicted:.1}",
+                t.row, t.what, t.tokens_per_s
             ),
         ));
     }

@@ -84,31 +84,11 @@ pub fn plan(
         .workload(workload)
         .unwrap_or_else(|| panic!("no workload preset {workload}"))
         .value;
-    plan_workload(model, path, inv, set, w, overrides)
+    plan_workload(model, path, inv, set, w, overrides, &Evidence::default())
 }
 
-/// [`plan`] for a workload the test built or edited itself.
+/// [`plan`] for a workload the test built or edited itself, with what a measurement store returned.
 pub fn plan_workload(
-    model: &ModelSpec,
-    path: &str,
-    inv: &Inventory,
-    set: &ProfileSet,
-    workload: &WorkloadProfile,
-    overrides: &Overrides,
-) -> Result<Deployment, PlanError> {
-    plan_with_evidence(
-        model,
-        path,
-        inv,
-        set,
-        workload,
-        overrides,
-        &Evidence::default(),
-    )
-}
-
-/// [`plan_workload`] with what a measurement store returned.
-pub fn plan_with_evidence(
     model: &ModelSpec,
     path: &str,
     inv: &Inventory,

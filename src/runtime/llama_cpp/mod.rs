@@ -89,8 +89,11 @@ pub struct LlamaCpp<'a> {
     /// What choosing the GPUs left out.
     pub warnings: Vec<String>,
     /// Device loads by placement (`-ngl`, `--n-cpu-moe`, GPUs): they do not depend on the context.
-    loads: RefCell<HashMap<(u32, u32, Vec<usize>), Vec<DeviceLoad>>>,
+    loads: RefCell<HashMap<PlacementKey, Vec<DeviceLoad>>>,
 }
+
+/// A placement: `-ngl`, `--n-cpu-moe` and the GPUs in layer order.
+type PlacementKey = (u32, u32, Vec<usize>);
 
 fn rule_reserve(
     set: &ProfileSet,
