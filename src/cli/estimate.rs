@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::inspect::human_bytes;
+use super::output::human_bytes;
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::memory::llama_cpp::{CACHE_TYPES, Estimate, FlashAttn, Params};
 use crate::model::GgmlType;
@@ -148,29 +148,6 @@ fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
         })
 }
 
-/// `ID` or `Nx:ID` (`2x:rtx-3090`).
-pub fn parse_hardware(h: &str) -> Result<(u32, String), Failure> {
-    match h.split_once("x:") {
-        Some((n, id)) => {
-            let max = crate::plan::MAX_GPUS;
-            let n: u32 = n
-                .parse()
-                .ok()
-                .filter(|n| (1..=max as u32).contains(n))
-                .ok_or_else(|| {
-                    Failure::new(
-                        exit::USAGE,
-                        anyhow::anyhow!(
-                            "--hardware {h:?}: expected ID or Nx:ID with 1 <= N <= {max} (GPUs one machine holds)"
-                        ),
-                    )
-                })?;
-            Ok((n, id.to_string()))
-        }
-        None => Ok((1, h.to_string())),
-    }
-}
-
 /// `-ts` proportions that are all zero: llama.cpp then falls back to splitting by free memory, which is not
 /// what a user who wrote a split meant. (Non-finite and negative values are the memory model's check,
 /// `ParamError::TensorSplitValue`.)
@@ -190,7 +167,7 @@ fn tensor_split(ts: &[f64]) -> Result<Vec<f64>, Failure> {
 pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
     let hardware = match raw.hardware {
         None => None,
-        Some(h) => Some(parse_hardware(&h)?),
+        Some(h) => Some(super::parse_hardware(&h)?),
     };
     Ok(Settings {
         model: raw.model,

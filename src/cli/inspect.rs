@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::output::human_bytes;
 use super::{Failure, OutputFormat, render, write_stdout};
 use crate::model::{
     self, LayerSummary, MetaValue, ModelFile, ModelSpec, PerLayer, QuantShare, Quantization, Role,
@@ -148,22 +149,6 @@ pub fn run(s: &Settings) -> Result<(), Failure> {
         f => render(&Report::new(&spec, s.tensors), f)?,
     };
     write_stdout(&text)
-}
-
-/// `1536` → `1.50 KiB`, binary units as llama.cpp prints them.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
 }
 
 /// `8030261248` → `8.03 B`, as llama.cpp prints parameter counts.

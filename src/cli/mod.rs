@@ -163,6 +163,30 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
     Ok((command, common))
 }
 
+/// `ID` or `Nx:ID` (`2x:rtx-3090`).
+/// Shared by `resolve` and `estimate`.
+pub(crate) fn parse_hardware(h: &str) -> Result<(u32, String), Failure> {
+    match h.split_once("x:") {
+        Some((n, id)) => {
+            let max = crate::plan::MAX_GPUS;
+            let n: u32 = n
+                .parse()
+                .ok()
+                .filter(|n| (1..=max as u32).contains(n))
+                .ok_or_else(|| {
+                    Failure::new(
+                        exit::USAGE,
+                        anyhow::anyhow!(
+                            "--hardware {h:?}: expected ID or Nx:ID with 1 <= N <= {max} (GPUs one machine holds)"
+                        ),
+                    )
+                })?;
+            Ok((n, id.to_string()))
+        }
+        None => Ok((1, h.to_string())),
+    }
+}
+
 /// Writes `text` to stdout; a closed pipe (`optimizer inspect m.gguf | head`) is not an error.
 pub(crate) fn write_stdout(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();

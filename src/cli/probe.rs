@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::inspect::human_bytes;
+use super::output::human_bytes;
 use super::{Common, Failure, OutputFormat, render, write_stdout};
 use crate::hardware::{Bound, Inventory};
 use crate::profile::matching::{MatchedBy, Resolution, resolve};

@@ -71,7 +71,7 @@ pub struct Settings {
 pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
     let hardware = match raw.hardware {
         None => None,
-        Some(h) => Some(super::estimate::parse_hardware(&h)?),
+        Some(h) => Some(super::parse_hardware(&h)?),
     };
     if raw.format == OutputFormat::Table {
         return Err(Failure::new(
