@@ -193,6 +193,22 @@ fn keep_owner_and_mode(file: &File, old: &std::fs::Metadata) -> io::Result<()> {
     }
 }
 
+/// `1536` → `1.50 KiB`, binary units as llama.cpp prints them.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,21 +269,5 @@ mod tests {
             write_atomic(Path::new(""), b"x"),
             Err(WriteError::NoFileName { .. })
         ));
-    }
-}
-
-/// `1536` → `1.50 KiB`, binary units as llama.cpp prints them.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
     }
 }
