@@ -1,0 +1,309 @@
+//! What llama.cpp writes into the document for the chosen candidate (settings, topology, launch artifacts,
+//! provenance) and what it suggests when nothing fits.
+
+use std::collections::BTreeMap;
+
+use super::{CTX_STEP, LlamaCpp, Point, launch};
+use crate::emit::{Provenance, Settings, Source, Stage, Strategy, Topology};
+use crate::fleet::DeviceId;
+use crate::memory::llama_cpp;
+use crate::model::GgmlType;
+use crate::profile::ContextPolicy;
+use crate::runtime::{Candidate, Described, Runtime};
+
+impl LlamaCpp<'_> {
+    /// The document's llama.cpp part for the chosen candidate: settings, topology, launch artifacts and the
+    /// provenance of every value llama.cpp decided.
+    pub(super) fn describe_chosen(&self, c: &Candidate<Point>) -> Described {
+        let p = &c.point;
+        let w = self.workload();
+        let model = self.req.model;
+        let settings = self.settings(c);
+        let gpu_ids = self.device_ids(p);
+        let mut prov: BTreeMap<String, Provenance> = BTreeMap::new();
+        let mut put = |k: &str, source: Source, detail: String| {
+            prov.insert(k.to_string(), Provenance { source, detail });
+        };
+        let ov = self.req.overrides;
+        let per_seq = match (ov.context_length, &w.context) {
+            (Some(c), _) => (Source::User, format!("-c {c} tokens per sequence")),
+            (None, ContextPolicy::Fixed { tokens }) => (
+                Source::Profile,
+                format!(
+                    "workload {}: fixed {tokens} tokens per sequence (model trains {})",
+                    w.id, self.n_ctx_train
+                ),
+            ),
+            (None, ContextPolicy::ModelMax) => (
+                Source::Profile,
+                format!(
+                    "workload {}: the model's trained context per sequence",
+                    w.id
+                ),
+            ),
+            (None, ContextPolicy::LargestFit { floor }) => (
+                Source::Computed,
+                format!(
+                    "workload {}: the largest context per sequence that fits (floor {floor}), by the llama.cpp memory model",
+                    w.id
+                ),
+            ),
+        };
+        put("settings.context_per_sequence", per_seq.0, per_seq.1);
+        put(
+            "settings.context_length",
+            Source::Computed,
+            format!(
+                "-c = {} tokens per sequence x {} sequences: llama-server divides -c evenly among its slots when -np is given (its KV cache is unified only when -np is auto, common/arg.cpp --kv-unified), so each conversation gets the whole per-sequence context; a unified cache would let one long conversation take cells the others were promised",
+                c.size, p.parallel
+            ),
+        );
+        if ov.parallel.is_none() && p.parallel != self.n_par {
+            put(
+                "settings.parallel",
+                Source::Computed,
+                format!(
+                    "the roofline knee: decode turns compute-bound at {:.1} sequences (FLOPs-to-bandwidth ratio), so {} reach the throughput of workload {}'s {} in less memory",
+                    c.eval.knee, p.parallel, w.id, w.concurrency
+                ),
+            );
+        } else if ov.parallel.is_some() {
+            put(
+                "settings.parallel",
+                Source::User,
+                format!("--parallel {}", self.n_par),
+            );
+        } else {
+            put(
+                "settings.parallel",
+                Source::Profile,
+                format!("workload {} concurrency {}", w.id, w.concurrency),
+            );
+        }
+        let threads = settings.threads;
+        let gpu_threads = threads == self.threads_gpu.0 && threads != self.threads_all.0;
+        let threads_detail = if gpu_threads {
+            self.threads_gpu.1.clone()
+        } else if p.strategy == Strategy::Cpu || p.gpus.is_empty() {
+            self.threads_all.1.clone()
+        } else if p.ngl < self.all_layers() || p.cpu_moe > 0 {
+            format!(
+                "the host computes the layers (or experts) left on it, so it gets the CPU threads: {}",
+                self.threads_all.1
+            )
+        } else {
+            self.threads_gpu.1.clone()
+        };
+        put(
+            "settings.threads",
+            if gpu_threads {
+                Source::Heuristic
+            } else {
+                Source::Rule
+            },
+            threads_detail,
+        );
+        put(
+            "settings.flash_attention",
+            if self.fa_rule.is_some() {
+                Source::Rule
+            } else {
+                Source::Heuristic
+            },
+            self.fa_rule
+                .clone()
+                .unwrap_or_else(|| "CPU backend: llama.cpp resolves -fa auto to on".into()),
+        );
+        put(
+            "settings.precision",
+            if self.precision_rule.is_some() {
+                Source::Rule
+            } else {
+                Source::Heuristic
+            },
+            self.precision_rule
+                .clone()
+                .unwrap_or_else(|| "CPU backend computes in fp32".into()),
+        );
+        put(
+            "settings.ubatch_size",
+            if self.ubatches.len() > 1 {
+                Source::Computed
+            } else {
+                Source::Heuristic
+            },
+            if self.ubatches.len() > 1 {
+                "the best-scoring of 512, 1024, 2048 for throughput".into()
+            } else {
+                "llama.cpp's default micro-batch for latency workloads".into()
+            },
+        );
+        put(
+            "settings.gpu_layers",
+            if ov.gpu_layers.is_some() {
+                Source::User
+            } else {
+                Source::Computed
+            },
+            "the placement that scores best and fits, by the llama.cpp memory model".into(),
+        );
+        if !self.cpu_reserve_rules.is_empty() {
+            put(
+                "memory.reserve.cpu",
+                Source::Rule,
+                self.cpu_reserve_rules.join(", "),
+            );
+        }
+        for &i in &p.gpus {
+            if let Some(note) = &self.gpus[i].capacity_note {
+                put(
+                    &format!("memory.capacity.{}", self.gpus[i].id),
+                    Source::Profile,
+                    note.clone(),
+                );
+            }
+        }
+        let fleet = self.req.fleet;
+        let chosen_cpu = fleet.host.perf(threads);
+        put(
+            "hardware.cpu.profile",
+            Source::Heuristic,
+            format!(
+                "{} chosen by architecture, SIMD features and {} physical cores; at {} threads: {:.0} GFLOPS FP32 peak, {:.1} GB/s memory bandwidth",
+                fleet.host.class_id(),
+                fleet.host.inventory.cpu.physical_cores,
+                threads,
+                chosen_cpu.flops / 1e9,
+                chosen_cpu.bandwidth_bytes_per_s / 1e9
+            ),
+        );
+        // Layer ranges per device, exactly as llama.cpp assigns them (from the last layer, split by free memory).
+        let n_layer = self.n_layer;
+        let weights: Vec<f64> = p
+            .gpus
+            .iter()
+            .map(|&i| self.gpus[i].capacity_bytes as f64)
+            .collect();
+        let assignment = llama_cpp::layer_devices(n_layer, p.ngl, &weights);
+        let range = |dev: Option<usize>| {
+            let blocks: Vec<u32> = (0..n_layer)
+                .filter(|&il| assignment[il as usize] == dev)
+                .collect();
+            blocks.first().zip(blocks.last()).map(|(a, b)| [*a, *b])
+        };
+        let output_dev = assignment[n_layer as usize];
+        let mut stages = vec![Stage {
+            device: DeviceId::HOST.to_string(),
+            layers: range(None),
+            output_layer: output_dev.is_none(),
+        }];
+        for (k, id) in gpu_ids.iter().enumerate() {
+            stages.push(Stage {
+                device: id.to_string(),
+                layers: range(Some(k)),
+                output_layer: output_dev == Some(k),
+            });
+        }
+        let holding = stages
+            .iter()
+            .filter(|s| s.layers.is_some() || s.output_layer)
+            .count() as u32;
+        put(
+            "topology",
+            Source::Computed,
+            if fleet.nodes > 1 {
+                format!(
+                    "llama-server is one process on one node: each of the {} identical nodes runs a replica of this plan behind a load balancer, and every figure in performance is one replica's",
+                    fleet.nodes
+                )
+            } else {
+                "one llama-server process; its layers run on the stages in order (-sm layer)".into()
+            },
+        );
+        let topology = Topology {
+            nodes: fleet.nodes,
+            data_parallel: fleet.nodes,
+            tensor_parallel: 1,
+            pipeline_parallel: holding.max(1),
+            stages,
+        };
+        // llama-server opens a split model by its first shard and finds the others itself.
+        let model_path = match model.files.as_slice() {
+            [first, _, ..] => first.path.display().to_string(),
+            _ => self.req.model_path.to_string(),
+        };
+        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes) + self.cpu_reserve;
+        let launch = vec![
+            launch::llama_server(&model_path, &settings, &gpu_ids),
+            launch::ollama(&model_path, &settings),
+            launch::kubernetes(host_bytes, threads, &gpu_ids),
+        ];
+        let mut warnings = self.warnings.clone();
+        if let Ok(est) = llama_cpp::estimate(model, &self.params(p, c.size), &self.machine(&p.gpus))
+        {
+            warnings.extend(est.notes);
+        }
+        Described {
+            settings: Settings::LlamaCpp(settings),
+            topology,
+            devices: std::iter::once(DeviceId::HOST)
+                .chain(gpu_ids)
+                .map(|d| d.to_string())
+                .collect(),
+            launch,
+            provenance: prov,
+            warnings,
+        }
+    }
+
+    /// The smallest changes that would make the nearest candidate fit.
+    pub(super) fn suggest(&self, near: &Candidate<Point>, all: &[Candidate<Point>]) -> Vec<String> {
+        let w = self.workload();
+        let model = self.req.model;
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        let overflow = near.eval.overflow;
+        let mut s = vec![format!(
+            "the nearest configuration ({}) needs {:.2} GiB more on its fullest device",
+            self.label(near),
+            gib(overflow)
+        )];
+        let kv: u64 = near
+            .eval
+            .memory
+            .iter()
+            .map(|d| d.components.kv_cache_bytes)
+            .sum();
+        if kv >= overflow && overflow > 0 {
+            let keep = 1.0 - overflow as f64 / kv as f64;
+            let shorter =
+                ((f64::from(near.size) * keep) as u32 / CTX_STEP * CTX_STEP).max(CTX_STEP);
+            s.push(format!(
+                "a shorter context: about {shorter} tokens per sequence (resolve -c {shorter}) frees the {:.2} GiB in KV cache",
+                gib(overflow)
+            ));
+            if near.point.parallel > 1 {
+                s.push(format!(
+                    "fewer sequences: --parallel {} frees KV cache in proportion",
+                    (f64::from(near.point.parallel) * keep).floor().max(1.0) as u32
+                ));
+            }
+        }
+        if near.point.kv == GgmlType::F16 && !all.iter().any(|c| c.point.kv == GgmlType::Q8_0) {
+            s.push(format!(
+                "a q8_0 KV cache (-ctk q8_0 -ctv q8_0) halves the KV cache ({:.2} GiB now); add q8_0 to workload {}'s kv_cache preferences",
+                gib(kv),
+                w.id
+            ));
+        }
+        s.push(format!(
+            "a smaller quantization of this model: its weights take {:.2} GiB at {:.2} bits per weight",
+            gib(model.tensor_bytes()),
+            model.bits_per_weight()
+        ));
+        s.push(format!(
+            "or {:.2} GiB more free memory on the fullest device",
+            gib(overflow)
+        ));
+        s
+    }
+}
