@@ -636,3 +636,92 @@ fn store_evidence_sets_the_basis_and_cites_its_rows() {
         Source::Measured
     );
 }
+
+/// `resolve --cluster`: the fixture's 8 identical nodes of 8 H100 plan as one node type with one replica per
+/// node (llama-server is one process on one node); node groups that differ are refused (exit 2), a missing
+/// file is a usage error (2) and an invalid description names the file (4).
+#[test]
+fn a_cluster_of_identical_nodes_plans_one_replica_per_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let cluster = fixture("clusters/h100-8x8.yaml");
+    let run = |cluster: &std::path::Path| {
+        bin()
+            .args(["resolve", "-w", "chat", "--format", "json", "-m"])
+            .arg(&model)
+            .arg("--cluster")
+            .arg(cluster)
+            .output()
+            .unwrap()
+    };
+    let o = run(&cluster);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let d: Deployment = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(d.hardware.source, "cluster");
+    assert_eq!(d.hardware.nodes, 8);
+    assert_eq!((d.topology.nodes, d.topology.data_parallel), (8, 8));
+    assert_eq!(d.hardware.gpus.len(), 8, "one node's GPUs");
+    assert!(
+        d.provenance["topology"]
+            .detail
+            .contains("8 identical nodes"),
+        "{:?}",
+        d.provenance["topology"]
+    );
+    // The same node as an inventory plans the same settings: the cluster changes the replica count only.
+    let text = std::fs::read_to_string(&cluster).unwrap();
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let node = dir.path().join("node.yaml");
+    std::fs::write(
+        &node,
+        serde_yaml_ng::to_string(&v["nodes"][0]["inventory"]).unwrap(),
+    )
+    .unwrap();
+    let o = bin()
+        .args(["resolve", "-w", "chat", "--format", "json", "-m"])
+        .arg(&model)
+        .arg("--inventory")
+        .arg(&node)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let single: Deployment = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(single.settings, d.settings);
+    assert_eq!(single.performance, d.performance);
+    assert_eq!(single.topology.data_parallel, 1);
+
+    // Two node groups with different GPUs.
+    let mut two = v.clone();
+    let mut other = v["nodes"][0].clone();
+    other["name"] = "small".into();
+    other["inventory"]["gpus"] = serde_yaml_ng::from_str("[]").unwrap();
+    two["nodes"].as_sequence_mut().unwrap().push(other);
+    let mixed = dir.path().join("mixed.yaml");
+    std::fs::write(&mixed, serde_yaml_ng::to_string(&two).unwrap()).unwrap();
+    let o = run(&mixed);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("\"h100-node\" and \"small\" differ"), "{err}");
+
+    let o = run(&dir.path().join("absent.yaml"));
+    assert_eq!(o.status.code(), Some(2));
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "nodes: [{name: a, count: 0, inventory: {}}]\n").unwrap();
+    let o = run(&bad);
+    assert_eq!(o.status.code(), Some(4));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bad.yaml"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
