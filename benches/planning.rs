@@ -136,26 +136,37 @@ fn bench(c: &mut Criterion) {
         db: Some(dir.path().join("optimizer.db")),
         ..Sources::default()
     };
-    for (name, path, _) in &models {
-        let req = ResolveRequest {
-            model: path.clone(),
-            workload: "batch-inference".into(),
-            hardware: Hardware {
-                gpus: None,
-                cluster: Some(cluster.clone()),
-            },
-            overrides: Overrides::default(),
-        };
-        let (t, peak) = measure(9, || {
-            black_box(app::resolve(&sources, &req).expect("cluster plan"));
-        });
-        println!(
-            "{name:<12} {:<16} {:>5} {:>10.2} {:>12.2}   (8 nodes x 8, parsed + model read + planned)",
-            "batch-inference",
-            64,
-            t.as_secs_f64() * 1e3,
-            peak as f64 / f64::from(1u32 << 20)
-        );
+    // The same node type 125 times over: 1,000 GPUs.
+    let big = dir.path().join("h100-125x8.yaml");
+    std::fs::write(
+        &big,
+        std::fs::read_to_string(&cluster)
+            .expect("cluster")
+            .replacen("count: 8", "count: 125", 1),
+    )
+    .expect("cluster");
+    for (file, nodes) in [(&cluster, 8u32), (&big, 125)] {
+        for (name, path, _) in &models {
+            let req = ResolveRequest {
+                model: path.clone(),
+                workload: "batch-inference".into(),
+                hardware: Hardware {
+                    gpus: None,
+                    cluster: Some(file.clone()),
+                },
+                overrides: Overrides::default(),
+            };
+            let (t, peak) = measure(9, || {
+                black_box(app::resolve(&sources, &req).expect("cluster plan"));
+            });
+            println!(
+                "{name:<12} {:<16} {:>5} {:>10.2} {:>12.2}   ({nodes} nodes x 8, parsed + model read + planned)",
+                "batch-inference",
+                nodes * 8,
+                t.as_secs_f64() * 1e3,
+                peak as f64 / f64::from(1u32 << 20)
+            );
+        }
     }
 
     let mut g = c.benchmark_group("planning");
