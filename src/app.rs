@@ -281,10 +281,11 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         inv = with_profiled_gpus(inv, *n, id, &set)?;
         source = "profile";
     }
-    // The store is asked about the devices the fleet matched (one matching, shared with the planner).
-    let profiles =
-        crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp).profile_ids();
-    let evidence = sources.evidence(&profiles, &spec.fingerprint)?;
+    // One matching of devices to profiles: the store is asked about the fleet's devices, and the planner plans
+    // on the same fleet.
+    let mut fleet = crate::fleet::build(&inv, &set, plan::runtime_for(&spec, workload));
+    fleet.nodes = nodes;
+    let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
     let path = req.model.display().to_string();
     let inputs = Inputs {
         model: &spec,
@@ -296,7 +297,7 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         evidence: &evidence,
         overrides: &req.overrides,
     };
-    plan::resolve_nodes(&inputs, nodes).map_err(|e| plan_failure(e, &req.model, source))
+    plan::resolve_fleet(&inputs, fleet).map_err(|e| plan_failure(e, &req.model, source))
 }
 
 /// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).

@@ -47,7 +47,7 @@ pub const MAX_GPUS: usize = 64;
 
 /// The runtime that serves this model and workload. Only llama.cpp is modelled today; the refusal for other
 /// formats and for training comes from it.
-fn runtime_for(_model: &ModelSpec, _w: &WorkloadProfile) -> RuntimeId {
+pub fn runtime_for(_model: &ModelSpec, _w: &WorkloadProfile) -> RuntimeId {
     RuntimeId::LlamaCpp
 }
 
@@ -60,15 +60,24 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
 /// Plans a deployment on `nodes` identical nodes described by `inp.inventory` (a cluster's node type): one
 /// replica per node.
 pub fn resolve_nodes(inp: &Inputs, nodes: u32) -> Result<Deployment, PlanError> {
+    let mut fleet = fleet::build(
+        inp.inventory,
+        inp.profiles,
+        runtime_for(inp.model, inp.workload),
+    );
+    fleet.nodes = nodes.max(1);
+    resolve_fleet(inp, fleet)
+}
+
+/// Plans on a fleet the caller built from `inp.inventory` (the pipeline builds it once, to ask the store about
+/// its devices, and hands it over): `inp.evidence` is applied here.
+pub fn resolve_fleet(inp: &Inputs, mut fleet: Fleet) -> Result<Deployment, PlanError> {
     if inp.inventory.gpus.len() > MAX_GPUS {
         return Err(PlanError::Hardware(format!(
             "{} GPUs: a plan covers at most {MAX_GPUS} GPUs on one machine",
             inp.inventory.gpus.len()
         )));
     }
-    let runtime = runtime_for(inp.model, inp.workload);
-    let mut fleet = fleet::build(inp.inventory, inp.profiles, runtime);
-    fleet.nodes = nodes.max(1);
     fleet.apply(inp.evidence);
     let req = Request {
         model: inp.model,
@@ -79,7 +88,7 @@ pub fn resolve_nodes(inp: &Inputs, nodes: u32) -> Result<Deployment, PlanError> 
         objective: inp.overrides.objective.unwrap_or(inp.workload.objective),
         overrides: inp.overrides,
     };
-    match runtime {
+    match fleet.runtime {
         RuntimeId::LlamaCpp | RuntimeId::Vllm | RuntimeId::Torch | RuntimeId::Any => {
             let rt = LlamaCpp::new(&req)?;
             plan_with(&rt, inp, &req)
