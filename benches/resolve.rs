@@ -1,44 +1,37 @@
-//! `resolve` end to end in process: live probe, profiles (embedded, validated), store (open + lookup), model
-//! header, plan, YAML. Target (issue 5): under 50 ms on an 8B-class GGUF. Peer in the same run: `model::load`
+//! `resolve` end to end in process through `app::resolve`, the CLI's pipeline: live probe, profiles, store (open +
+//! lookup), model header, plan, YAML. Target (issue 5): under 50 ms on an 8B-class GGUF. Peer in the same run: `model::load`
 //! alone, the floor any plan pays to read the model.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use optimizer::app::{self, Hardware, ResolveRequest, Sources};
 use optimizer::model::{
     self,
     gguf_builder::{LlamaShape, synthetic_llama, write_sparse},
 };
-use optimizer::plan::{self, Inputs, Overrides};
-use optimizer::{hardware, profile, store};
+use optimizer::plan::Overrides;
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("llama3-8b.gguf");
     write_sparse(&synthetic_llama(LlamaShape::LLAMA3_8B), &path).expect("model");
-    let db = dir.path().join("optimizer.db");
-    let label = path.display().to_string();
+    // The CLI's own pipeline: live probe, built-in profiles, the store, the model header, the plan, YAML.
+    let sources = Sources {
+        db: Some(dir.path().join("optimizer.db")),
+        ..Sources::default()
+    };
+    let req = ResolveRequest {
+        model: path.clone(),
+        workload: "chat".into(),
+        hardware: Hardware::default(),
+        overrides: Overrides::default(),
+    };
     let mut g = c.benchmark_group("resolve_8b");
     g.bench_function("end_to_end", |b| {
         b.iter(|| {
-            let inv = hardware::probe_live();
-            let set = profile::load(&[]).expect("profiles");
-            let s = store::Store::open(&db).expect("store");
-            let spec = model::load(&path).expect("model");
-            let (measurements, _) = s.measurements(&[], &spec.fingerprint).expect("lookup");
-            let w = &set.workload("chat").expect("chat").value;
-            let d = plan::resolve(&Inputs {
-                model: &spec,
-                model_path: &label,
-                inventory: &inv,
-                hardware_source: "probe",
-                profiles: &set,
-                workload: w,
-                measurements: &measurements,
-                overrides: &Overrides::default(),
-            })
-            .expect("plan");
-            black_box(serde_yaml_ng::to_string(&d).expect("yaml"))
+            let d = app::resolve(&sources, &req).expect("plan");
+            black_box(optimizer::yaml::to_string(&d).expect("yaml"))
         })
     });
     g.bench_function("peer_model_load", |b| {

@@ -3,8 +3,11 @@
 //! file and the key), flags above the engine's own limits are usage errors (exit 2), and a size that still
 //! overflows 64 bits is a typed error, never a wrapped number.
 
+mod common;
+use common::bin_on;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use optimizer::memory::llama_cpp::{
     self, FlashAttn, MAX_CTX_FLAG, MAX_SEQ, Machine, ParamError, Params, estimate,
@@ -106,19 +109,7 @@ fn load_err(b: &GgufBuilder) -> Defect {
 }
 
 fn optimizer(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_optimizer"))
-        .env(
-            "OPTIMIZER_DB",
-            std::env::temp_dir().join(format!("optimizer-arith-{}.db", std::process::id())),
-        )
-        .arg("--inventory")
-        .arg(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/inventories/cpu-server.yaml"),
-        )
-        .args(args)
-        .output()
-        .unwrap()
+    bin_on("cpu-server.yaml").args(args).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {

@@ -1,17 +1,9 @@
 //! End-to-end tests of the `optimizer` binary: exit codes, stdout and stderr.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+use common::{bin, fixture};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_optimizer"))
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(rel)
-}
+use std::process::{Output, Stdio};
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run optimizer")

@@ -1,7 +1,10 @@
 //! The measurement store through the `optimizer` binary: exit codes, messages and hints for invalid databases and
 //! for an environment without a writable data directory, and simultaneous first runs (issue 8, "The store").
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{bin, fixture};
+
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use optimizer::cli::Common;
@@ -9,15 +12,9 @@ use optimizer::store::APPLICATION_ID;
 
 const WARNING: &str = "warning: planned without the measurement store";
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(rel)
-}
-
 /// `optimizer --inventory cpu-server.yaml resolve -m <tiny llama>`, with no database setting inherited.
 fn resolve() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
+    let mut c = bin();
     c.env_remove("OPTIMIZER_DB")
         .env_remove("OPTIMIZER_INVENTORY")
         .arg("--inventory")

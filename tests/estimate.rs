@@ -1,25 +1,17 @@
 //! `optimizer estimate`: the JSON contract, llama.cpp's flag spellings, placement across devices, and the
 //! parameters the engine refuses or changes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+use common::{bin_on, fixture};
+
+use std::path::Path;
+use std::process::Output;
 
 use optimizer::memory::llama_cpp::{FlashAttn, GpuTarget, Machine, Params, estimate, row_size};
 use optimizer::model::{self, GgmlType};
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(rel)
-}
-
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_optimizer"))
-        .arg("--inventory")
-        .arg(fixture("inventories/cpu-server.yaml"))
-        .args(args)
-        .output()
-        .unwrap()
+    bin_on("cpu-server.yaml").args(args).output().unwrap()
 }
 
 fn json(o: &Output) -> serde_json::Value {

@@ -5,6 +5,8 @@
 //! Files are written with [`GgufBuilder`]; header byte offsets are computed from the layout (magic 0, version 4,
 //! tensor count 8, metadata count 16, first entry 24) so each error is checked at the byte where it is.
 
+mod common;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
@@ -119,9 +121,7 @@ fn raw_header(version: u32, n_tensors: u64, n_kv: u64) -> Vec<u8> {
 }
 
 fn fixture(name: &str) -> (PathBuf, Vec<u8>) {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/gguf")
-        .join(name);
+    let p = common::fixture("gguf").join(name);
     let b = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     (p, b)
 }

@@ -1,23 +1,20 @@
 //! Every GGUF fixture, written by the official `gguf` Python writer (tests/fixtures/generate.py, gguf==0.19.0),
 //! must read back exactly as the official reader (`gguf.GGUFReader`) reported it in tests/fixtures/expected/.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::fixture;
 
 use optimizer::model::{self, Defect, Format, MetaValue, ModelSpec, TypeReading};
 use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
 fn expected(id: &str) -> Value {
-    let p = fixtures().join("expected").join(format!("{id}.json"));
+    let p = fixture("expected").join(format!("{id}.json"));
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }
 
 fn load_expected(id: &str) -> (Value, ModelSpec) {
     let e = expected(id);
-    let path = fixtures().join(e["path"].as_str().unwrap());
+    let path = fixture(e["path"].as_str().unwrap());
     let spec = model::load(&path).unwrap_or_else(|err| panic!("{id}: {err}"));
     (e, spec)
 }
@@ -169,7 +166,7 @@ fn assert_matches_official(id: &str) {
 #[test]
 fn every_gguf_fixture_matches_the_official_reader() {
     let mut checked = 0;
-    for entry in std::fs::read_dir(fixtures().join("expected")).unwrap() {
+    for entry in std::fs::read_dir(fixture("expected")).unwrap() {
         let path = entry.unwrap().path();
         let id = path.file_stem().unwrap().to_str().unwrap().to_string();
         let e = expected(&id);
@@ -185,7 +182,7 @@ fn every_gguf_fixture_matches_the_official_reader() {
 
 #[test]
 fn split_model_reads_the_same_from_any_shard_and_matches_unsplit_fingerprint() {
-    let dir = fixtures().join("gguf/split");
+    let dir = fixture("gguf/split");
     let unsplit = model::load(&dir.join("llama-unsplit.gguf")).unwrap();
     let mut fingerprints = Vec::new();
     for i in 1..=3 {
@@ -201,14 +198,14 @@ fn split_model_reads_the_same_from_any_shard_and_matches_unsplit_fingerprint() {
 
 #[test]
 fn fingerprint_does_not_depend_on_path() {
-    let src = fixtures().join("gguf/llama-q4_k_m.gguf");
+    let src = fixture("gguf/llama-q4_k_m.gguf");
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("renamed.gguf");
     std::fs::copy(&src, &copy).unwrap();
     let a = model::load(&src).unwrap();
     let b = model::load(&copy).unwrap();
     assert_eq!(a.fingerprint, b.fingerprint);
-    let other = model::load(&fixtures().join("gguf/llama-tied-q8_0.gguf")).unwrap();
+    let other = model::load(&fixture("gguf/llama-tied-q8_0.gguf")).unwrap();
     assert_ne!(a.fingerprint, other.fingerprint);
 }
 
@@ -216,7 +213,7 @@ fn fingerprint_does_not_depend_on_path() {
 fn q8_1_sized_as_gguf_py_writes_it_is_refused_as_ggml_would() {
     // gguf-py 0.19.0 sizes a Q8_1 block at 40 bytes; ggml's block_q8_1 is 36, so llama.cpp rejects the next
     // tensor's offset. We follow the engine.
-    let err = model::load(&fixtures().join("gguf/quirk-q8_1.gguf")).unwrap_err();
+    let err = model::load(&fixture("gguf/quirk-q8_1.gguf")).unwrap_err();
     assert!(
         matches!(
             err.defect(),
@@ -232,7 +229,7 @@ fn q8_1_sized_as_gguf_py_writes_it_is_refused_as_ggml_would() {
 
 #[test]
 fn hyper_parameters_from_fixture_metadata() {
-    let load = |f: &str| model::load(&fixtures().join("gguf").join(f)).unwrap();
+    let load = |f: &str| model::load(&fixture("gguf").join(f)).unwrap();
     let llama = load("llama-q4_k_m.gguf");
     let h = &llama.hparams;
     assert_eq!(llama.architecture, "llama");

@@ -3,8 +3,11 @@
 //! retype. Every command runs under a deadline and is killed past it, so a regression that hangs fails here
 //! instead of hanging the suite.
 
+mod common;
+use common::{bin, fixture, root};
+
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,17 +15,9 @@ use std::time::{Duration, Instant};
 /// deadline only has to separate "finished" from "blocked forever" on a loaded machine.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    root().join("tests/fixtures").join(rel)
-}
-
 /// Runs the binary with `args` (and no environment overlays), killing it at [`DEADLINE`].
 fn run(args: &[&str], home: &Path) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_optimizer"))
+    let mut child = bin()
         .args(args)
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join("config"))
@@ -136,7 +131,7 @@ fn fifo_split_shard_is_refused_without_hanging() {
     for i in [1, 3] {
         let name = format!("llama-split-0000{i}-of-00003.gguf");
         std::fs::copy(
-            fixture(&format!("gguf/split/{name}")),
+            fixture(format!("gguf/split/{name}")),
             dir.path().join(&name),
         )
         .unwrap();

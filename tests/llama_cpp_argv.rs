@@ -6,15 +6,14 @@
 //! It needs a build of the pinned engine (tests/fixtures/llama-cpp/README.md says how); run it with
 //! `LLAMA_FIT_PARAMS=/path/to/llama-fit-params cargo test --test llama_cpp_argv -- --ignored`.
 
+mod common;
+use common::{profiles, synth};
+
 use std::process::Command;
 
 use optimizer::hardware;
-use optimizer::model::{
-    self,
-    gguf_builder::{LlamaShape, synthetic_llama, write_sparse},
-};
-use optimizer::plan::{self, Inputs, Measurements, Overrides};
-use optimizer::profile;
+use optimizer::model::gguf_builder::LlamaShape;
+use optimizer::plan::Overrides;
 
 #[test]
 #[ignore = "needs LLAMA_FIT_PARAMS: a build of the pinned llama.cpp (tests/fixtures/llama-cpp/README.md)"]
@@ -22,28 +21,15 @@ fn emitted_argv_allocates_what_the_document_predicts() {
     let fit = std::env::var("LLAMA_FIT_PARAMS")
         .expect("set LLAMA_FIT_PARAMS to the llama-fit-params binary");
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("llama3-8b.gguf");
-    write_sparse(&synthetic_llama(LlamaShape::LLAMA3_8B), &path).unwrap();
-    let spec = model::load(&path).unwrap();
-    let set = profile::load(&[]).unwrap();
+    let (path, spec) = synth(dir.path(), "llama3-8b.gguf", LlamaShape::LLAMA3_8B);
+    let set = profiles();
     let mut inv = hardware::probe_live();
     // This check is about the CPU backend the engine was built with.
     inv.gpus.clear();
     for workload in ["inference", "chat", "batch-inference"] {
-        let w = &set.workload(workload).unwrap().value;
         let label = path.display().to_string();
-        let d = plan::resolve(&Inputs {
-            model: &spec,
-            model_path: &label,
-            inventory: &inv,
-            hardware_source: "probe",
-            profiles: &set,
-            workload: w,
-            measurements: &Measurements::default(),
-            overrides: &Overrides::default(),
-        })
-        .unwrap();
-        let argv = &d.launch.llama_server.argv;
+        let d = common::plan(&spec, &label, &inv, &set, workload, &Overrides::default()).unwrap();
+        let argv = &common::artifact(&d, "llama-server").argv;
         assert_eq!(argv[0], "llama-server");
         let out = Command::new(&fit)
             .args(&argv[1..])
@@ -80,7 +66,7 @@ fn emitted_argv_allocates_what_the_document_predicts() {
         } else {
             0
         };
-        let m = &d.memory.devices[0];
+        let m = &d.memory.devices[0].components;
         assert_eq!(m.weights_bytes >> 20, model_mib, "{workload}: host weights");
         assert_eq!(
             m.weights_repack_bytes >> 20,

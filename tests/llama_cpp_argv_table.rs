@@ -14,19 +14,16 @@
 //! `--hardware` variants through the CLI, whose YAML must also read back unchanged in a YAML 1.1 reader
 //! (PyYAML, Kubernetes tooling: `- on` would come back as `True`, and `llama-server -fa True` fails).
 
+mod common;
+use common::{bin, fixture, profiles, root};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use optimizer::hardware;
 use optimizer::model;
-use optimizer::plan::{self, Inputs, Measurements, Overrides};
-use optimizer::profile;
+use optimizer::plan::Overrides;
 use serde::Deserialize;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 // ------------------------------------------------------------------ the engine's argument table
 
@@ -100,7 +97,7 @@ enum ValueSpec {
 }
 
 fn table() -> Table {
-    let path = root().join("tests/fixtures/llama-cpp/llama-server-args.json");
+    let path = fixture("llama-cpp/llama-server-args.json");
     let text = std::fs::read_to_string(&path).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -436,13 +433,13 @@ fn fixture_ggufs() -> Vec<PathBuf> {
         }
     }
     let mut v = Vec::new();
-    walk(&root().join("tests/fixtures/gguf"), &mut v);
+    walk(&fixture("gguf"), &mut v);
     v.sort();
     v
 }
 
 fn fixture_inventories() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("tests/fixtures/inventories"))
+    let mut v: Vec<PathBuf> = std::fs::read_dir(fixture("inventories"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
@@ -495,10 +492,7 @@ fn mentioned_flags(s: &str) -> Vec<String> {
 fn optimizer_flags() -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
     {
-        let out = Command::new(env!("CARGO_BIN_EXE_optimizer"))
-            .args(["resolve", "--help"])
-            .output()
-            .unwrap();
+        let out = bin().args(["resolve", "--help"]).output().unwrap();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let line = line.trim_start();
             if line.starts_with('-') {
@@ -524,7 +518,9 @@ fn prose(v: &serde_json::Value, at: &str, out: &mut Vec<(String, String)>) {
         serde_json::Value::Object(o) => {
             for (k, x) in o {
                 let path = format!("{at}.{k}");
-                if path != ".launch.llama_server.argv" && path != ".model.path" {
+                // Argv are checked as argv (each against its own program), not as prose.
+                let is_argv = path.starts_with(".launch[") && path.ends_with("].argv");
+                if !is_argv && path != ".model.path" {
                     prose(x, &path, out);
                 }
             }
@@ -558,9 +554,17 @@ fn group_key(p: &str) -> String {
     head.replace(&root().display().to_string(), "")
 }
 
+/// The launch artifact named `name` in a document (`launch` is a list of artifacts).
+fn launch<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["launch"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == name))
+        .unwrap_or(&serde_json::Value::Null)
+}
+
 /// Problems with the launch as a whole: the argv's own, the model it names, and Ollama's parameter names.
 fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
-    let argv: Vec<String> = doc["launch"]["llama_server"]["argv"]
+    let argv: Vec<String> = launch(doc, "llama-server")["argv"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -598,7 +602,7 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
     ];
     // The Ollama server's parallel requests are an environment setting (ollama/ollama envconfig/config.go
     // `OLLAMA_NUM_PARALLEL`, "Maximum number of parallel requests"), read as an unsigned integer.
-    if let Some(env) = doc["launch"]["ollama"]["env"].as_object() {
+    if let Some(env) = launch(doc, "ollama")["env"].as_object() {
         for (k, v) in env {
             let ok = k == "OLLAMA_NUM_PARALLEL"
                 && v.as_str()
@@ -612,7 +616,7 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
     }
     // The llama-server environment pins devices: the visible list has as many entries as -dev names, each an
     // inventory index, and CUDA numbers devices in PCI bus order as NVML does.
-    if let Some(env) = doc["launch"]["llama_server"]["env"].as_object() {
+    if let Some(env) = launch(doc, "llama-server")["env"].as_object() {
         let dev = argv_value(doc, "-dev");
         for (k, v) in env {
             let v = v.as_str().unwrap_or_default();
@@ -637,16 +641,33 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
             }
         }
     }
-    if let Some(o) = doc["launch"]["ollama"].as_object() {
-        for (k, v) in o.iter().filter(|(k, _)| k.as_str() != "env") {
-            if !OLLAMA_RUNNER_PARAMETERS.contains(&k.as_str()) {
-                problems.push(format!(
-                    "ollama parameter {k} is not an Ollama runner option"
-                ));
+    // The Modelfile: FROM the planned model, then PARAMETER lines with integer values.
+    let modelfile = launch(doc, "ollama")["files"]["Modelfile"]
+        .as_str()
+        .unwrap_or_default();
+    if modelfile.is_empty() {
+        problems.push("no Ollama Modelfile".into());
+    }
+    for line in modelfile.lines() {
+        match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["FROM", path] => {
+                if !Path::new(path).is_file() {
+                    problems.push(format!("Modelfile FROM {path}: not a file"));
+                }
             }
-            if !(v.is_u64() || v.is_boolean()) {
-                problems.push(format!("ollama {k}: {v} is not an integer"));
+            ["PARAMETER", k, v] => {
+                if !OLLAMA_RUNNER_PARAMETERS.contains(k) {
+                    problems.push(format!(
+                        "ollama parameter {k} is not an Ollama runner option"
+                    ));
+                }
+                if v.parse::<u64>().is_err() {
+                    problems.push(format!("ollama {k}: {v} is not an integer"));
+                }
             }
+            _ => problems.push(format!(
+                "Modelfile line {line:?} is neither FROM nor PARAMETER"
+            )),
         }
     }
     problems
@@ -654,7 +675,7 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
 
 /// The value after `flag` in the document's llama-server argv.
 fn argv_value(doc: &serde_json::Value, flag: &str) -> Option<String> {
-    let argv = doc["launch"]["llama_server"]["argv"].as_array()?;
+    let argv = launch(doc, "llama-server")["argv"].as_array()?;
     let i = argv.iter().position(|a| a == flag)?;
     argv.get(i + 1)?.as_str().map(str::to_string)
 }
@@ -662,7 +683,7 @@ fn argv_value(doc: &serde_json::Value, flag: &str) -> Option<String> {
 #[test]
 fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
     let t = table();
-    let set = profile::load(&[]).unwrap();
+    let set = profiles();
     let own = optimizer_flags();
     let mut checked = 0usize;
     let mut skipped: Vec<String> = Vec::new();
@@ -686,16 +707,14 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
                     inv_path.file_name().unwrap().to_string_lossy(),
                     gguf.file_name().unwrap().to_string_lossy()
                 );
-                let doc = match plan::resolve(&Inputs {
-                    model: &spec,
-                    model_path: &label,
-                    inventory: &inv,
-                    hardware_source: "inventory",
-                    profiles: &set,
-                    workload: &w.value,
-                    measurements: &Measurements::default(),
-                    overrides: &Overrides::default(),
-                }) {
+                let doc = match common::plan_workload(
+                    &spec,
+                    &label,
+                    &inv,
+                    &set,
+                    &w.value,
+                    &Overrides::default(),
+                ) {
                     Ok(d) => d,
                     Err(e) => {
                         skipped.push(format!("{case}: {e}"));
@@ -703,7 +722,7 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
                     }
                 };
                 let json = serde_json::to_value(&doc).unwrap();
-                for a in &doc.launch.llama_server.argv {
+                for a in &common::artifact(&doc, "llama-server").argv {
                     if a.starts_with('-') && a.parse::<f64>().is_err() {
                         flags_seen.insert(a.clone());
                     }
@@ -919,15 +938,15 @@ fn cli_plans_for_profiled_gpus_start_as_written_in_yaml_and_json() {
         Some("8x:h100-sxm"),
         Some("gtx-1650"),
     ];
-    let set = profile::load(&[]).unwrap();
+    let set = profiles();
     let mut checked = 0usize;
     let own = optimizer_flags();
     let mut failures: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for m in models {
-        let model = root().join("tests/fixtures/gguf").join(m);
+        let model = fixture("gguf").join(m);
         for hw in hardware {
             for w in &set.workloads {
-                let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
+                let mut c = bin();
                 c.env("OPTIMIZER_DB", tmp.path().join("store.db"))
                     .env("XDG_CONFIG_HOME", tmp.path())
                     .env("HOME", tmp.path())
@@ -936,7 +955,7 @@ fn cli_plans_for_profiled_gpus_start_as_written_in_yaml_and_json() {
                     .arg(&model)
                     .args(["-w", &w.value.id])
                     .arg("--inventory")
-                    .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"));
+                    .arg(fixture("inventories/cpu-server.yaml"));
                 if let Some(h) = hw {
                     c.args(["--hardware", h]);
                 }
@@ -953,7 +972,7 @@ fn cli_plans_for_profiled_gpus_start_as_written_in_yaml_and_json() {
                 }
                 let yaml = String::from_utf8(out.stdout).unwrap();
                 let doc: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
-                let argv: Vec<String> = doc["launch"]["llama_server"]["argv"]
+                let argv: Vec<String> = launch(&doc, "llama-server")["argv"]
                     .as_array()
                     .unwrap()
                     .iter()
@@ -996,7 +1015,7 @@ fn prose_that_names_a_flag_the_engine_lacks_is_caught() {
     let doc = serde_json::json!({
         "warnings": ["with mmap the host maps the whole file; --no-mmap reads only the host's tensors"],
         "hint": "raise -ngl or pass --hardware",
-        "launch": {"llama_server": {"argv": ["--not-checked-here"]}},
+        "launch": [{"name": "llama-server", "argv": ["--not-checked-here"]}],
     });
     let problems = check_mentions(&t, &own, &doc);
     assert_eq!(problems.len(), 1, "{problems:?}");

@@ -8,62 +8,23 @@
 //! buffers within 5 % or 16 MiB, totals within 2 % and never more than 1 % below the engine.
 
 mod common;
-use common::build;
+
+use common::{build, engine_params};
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use optimizer::memory::llama_cpp::{FlashAttn, Machine, Params, estimate};
-use optimizer::model::{GgmlType, ModelSpec};
+use optimizer::memory::llama_cpp::{Machine, estimate};
+use optimizer::model::ModelSpec;
 use serde_json::Value;
 
 const MIB: f64 = (1u64 << 20) as f64;
 
 fn dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama-cpp")
+    common::fixture("llama-cpp")
 }
 
 fn read(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join(name)).unwrap()).unwrap()
-}
-
-fn cfg_u32(row: &Value, flag: &str, default: u32) -> u32 {
-    row["config"]
-        .get(flag)
-        .and_then(Value::as_str)
-        .map_or(default, |s| s.parse().unwrap())
-}
-
-fn cache_type(s: Option<&str>) -> GgmlType {
-    let name = s.unwrap_or("f16");
-    optimizer::memory::llama_cpp::CACHE_TYPES
-        .iter()
-        .copied()
-        .find(|t| t.name().eq_ignore_ascii_case(name))
-        .unwrap_or_else(|| panic!("cache type {name}"))
-}
-
-fn params(row: &Value) -> Params {
-    let c = &row["config"];
-    let flag = |f: &str| c.get(f).is_some();
-    Params {
-        n_ctx: cfg_u32(row, "-c", 0),
-        n_batch: cfg_u32(row, "-b", 2048),
-        n_ubatch: cfg_u32(row, "-ub", 512),
-        n_parallel: cfg_u32(row, "-np", 1),
-        kv_unified: flag("--kv-unified") || flag("-kvu"),
-        type_k: cache_type(c.get("-ctk").and_then(Value::as_str)),
-        type_v: cache_type(c.get("-ctv").and_then(Value::as_str)),
-        flash_attn: match c.get("-fa").and_then(Value::as_str) {
-            Some("on") => FlashAttn::On,
-            Some("off") => FlashAttn::Off,
-            _ => FlashAttn::Auto,
-        },
-        mmap: !flag("--no-mmap"),
-        swa_full: flag("--swa-full"),
-        repack: !flag("--no-repack") && !flag("-nr"),
-        ..Params::default()
-    }
 }
 
 /// MiB with two decimals, computed in f32 as the engine prints them (llama-kv-cache.cpp: `(float)(bytes) /
@@ -161,7 +122,7 @@ fn memory_model_matches_the_engine_on_every_measured_row() {
             assert!(!m.is_null(), "model {id} not in models.json");
             build(m, &tmp.path().join(format!("{id}.gguf")))
         });
-        let p = params(row);
+        let p = engine_params(row);
         let label = || format!("{id} {}", serde_json::to_string(&row["config"]).unwrap());
         let e = match estimate(spec, &p, machine) {
             Ok(e) => e,

@@ -9,13 +9,14 @@
 //! `KNOWN_GPU_GAPS` with the measured figures.
 
 mod common;
-use common::build;
+
+use common::{build, cache_type, cfg, engine_params};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use optimizer::memory::llama_cpp::{FlashAttn, GpuTarget, Machine, Params, estimate};
-use optimizer::model::{GgmlType, ModelSpec};
+use optimizer::model::ModelSpec;
 use serde_json::Value;
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -60,51 +61,11 @@ const KNOWN_NCMOE_GAPS: &[(&str, &str)] = &[("mixtral-8x7b-q4_0", "8")];
 const OP_OFFLOAD_MIN_BATCH: u64 = 32;
 
 fn dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama-cpp")
+    common::fixture("llama-cpp")
 }
 
 fn read(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join(name)).unwrap()).unwrap()
-}
-
-fn cfg<'a>(row: &'a Value, flag: &str) -> Option<&'a str> {
-    row["config"].get(flag).and_then(Value::as_str)
-}
-
-fn cfg_u32(row: &Value, flag: &str, default: u32) -> u32 {
-    cfg(row, flag).map_or(default, |s| s.parse().unwrap())
-}
-
-fn cache_type(s: Option<&str>) -> GgmlType {
-    let name = s.unwrap_or("f16");
-    optimizer::memory::llama_cpp::CACHE_TYPES
-        .iter()
-        .copied()
-        .find(|t| t.name().eq_ignore_ascii_case(name))
-        .unwrap_or_else(|| panic!("cache type {name}"))
-}
-
-fn params(row: &Value) -> Params {
-    let flag = |f: &str| row["config"].get(f).is_some();
-    Params {
-        n_ctx: cfg_u32(row, "-c", 0),
-        n_batch: cfg_u32(row, "-b", 2048),
-        n_ubatch: cfg_u32(row, "-ub", 512),
-        n_parallel: cfg_u32(row, "-np", 1),
-        type_k: cache_type(cfg(row, "-ctk")),
-        type_v: cache_type(cfg(row, "-ctv")),
-        flash_attn: match cfg(row, "-fa") {
-            Some("on") => FlashAttn::On,
-            Some("off") => FlashAttn::Off,
-            _ => FlashAttn::Auto,
-        },
-        n_gpu_layers: cfg(row, "-ngl").map_or(-1, |s| s.parse().unwrap()),
-        no_kv_offload: flag("-nkvo"),
-        n_cpu_moe: cfg_u32(row, "-ncmoe", 0),
-        swa_full: flag("--swa-full"),
-        repack: !flag("--no-repack"),
-        ..Params::default()
-    }
 }
 
 /// A 2-decimal MiB buffer line, 0 where the engine printed none (no buffer of that kind on that device).
@@ -212,7 +173,7 @@ fn memory_model_against_the_cuda_build_per_device() {
             assert!(!m.is_null(), "model {id} not in models.json");
             build(m, &tmp.path().join(format!("{id}.gguf")))
         });
-        let p = params(row);
+        let p = engine_params(row);
         let label = || format!("{id} {}", serde_json::to_string(&row["config"]).unwrap());
         let e = estimate(spec, &p, &machine).unwrap_or_else(|err| panic!("{}: {err}", label()));
         rows += 1;
@@ -436,9 +397,7 @@ fn kv_on(device: &Value) -> f64 {
 #[test]
 fn the_probed_h100_inventory_resolves_to_the_h100_sxm_profile_by_pci_id() {
     use optimizer::profile::matching::{MatchedBy, Resolution, resolve};
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inventories/h100-probed.yaml");
-    let inv = optimizer::hardware::load_inventory(&path).unwrap();
+    let inv = common::inventory("h100-probed.yaml");
     let set = optimizer::profile::load(&[]).unwrap();
     let hw: Vec<_> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<_> = set.architectures().collect();
@@ -459,11 +418,7 @@ fn the_probed_h100_inventory_resolves_to_the_h100_sxm_profile_by_pci_id() {
 fn real_server_loads_against_the_estimate_with_the_gpu_overhead_rule() {
     let models = read("models.json");
     let real: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/device/server-real-h100.json"),
-        )
-        .unwrap(),
+        &std::fs::read_to_string(common::fixture("device/server-real-h100.json")).unwrap(),
     )
     .unwrap();
     let set = optimizer::profile::load(&[]).unwrap();

@@ -3,15 +3,16 @@
 //! engine prints two decimals). The logs come from many engine versions; entries whose build follows other
 //! rules than the pinned engine are listed with the reason they are left out.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use optimizer::memory::llama_cpp::{Machine, Params, estimate};
 use optimizer::model::{Format, GgmlType, Hparams, ModelSpec, PerLayer, assemble};
 use serde_json::Value;
 
 fn logs() -> Vec<Value> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama-cpp-public-logs.yaml");
+    let p = common::fixture("llama-cpp-public-logs.yaml");
     serde_yaml_ng::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 

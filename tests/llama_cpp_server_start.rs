@@ -6,16 +6,16 @@
 //! `LLAMA_SERVER=/path/to/llama-server` it prints why and passes, so the normal test run needs no binary (the
 //! argument-table check in tests/llama_cpp_argv_table.rs covers that part).
 
+mod common;
+use common::{fixture, inventory, profiles};
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use optimizer::hardware;
 use optimizer::model;
-use optimizer::plan::{self, Inputs, Measurements, Overrides};
-use optimizer::profile;
+use optimizer::plan::Overrides;
 
 /// How long a server may take to load a fixture model and answer /health: the fixtures are a few MiB, so a
 /// minute is generous even on a loaded 2-core machine, and short enough that a hung server fails the test.
@@ -24,10 +24,6 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Per-request socket timeout, so a server that accepts and never answers cannot hang the poll.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// A port the kernel just handed out on loopback (released before the server binds it).
 fn free_port() -> u16 {
@@ -61,32 +57,21 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
         );
         return;
     };
-    let set = profile::load(&[]).unwrap();
+    let set = profiles();
     // The engine here is a CPU build: plan for the host of the CPU fixture inventory.
-    let inv = hardware::load_inventory(&root().join("tests/fixtures/inventories/cpu-server.yaml"))
-        .unwrap();
+    let inv = inventory("cpu-server.yaml");
     let mut report = Vec::new();
-    for (fixture, workload) in [
+    for (gguf, workload) in [
         ("llama-q4_k_m.gguf", "inference"),
         ("llama-q4_k_m.gguf", "chat"),
         ("qwen2-q4_0.gguf", "batch-inference"),
         ("mixtral-moe-q4_k.gguf", "long-context"),
     ] {
-        let path = root().join("tests/fixtures/gguf").join(fixture);
+        let path = fixture("gguf").join(gguf);
         let spec = model::load(&path).unwrap();
         let label = path.display().to_string();
-        let doc = plan::resolve(&Inputs {
-            model: &spec,
-            model_path: &label,
-            inventory: &inv,
-            hardware_source: "inventory",
-            profiles: &set,
-            workload: &set.workload(workload).unwrap().value,
-            measurements: &Measurements::default(),
-            overrides: &Overrides::default(),
-        })
-        .unwrap();
-        let argv = &doc.launch.llama_server.argv;
+        let doc = common::plan(&spec, &label, &inv, &set, workload, &Overrides::default()).unwrap();
+        let argv = &common::artifact(&doc, "llama-server").argv;
         assert_eq!(argv[0], "llama-server", "{workload}: program");
         let port = free_port();
         let log = tempfile::NamedTempFile::new().unwrap();
@@ -116,7 +101,7 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
         let _ = child.wait();
         match outcome {
             Ok(t) => report.push(format!(
-                "{fixture} {workload}: /health 200 after {:.1} s with {:?}",
+                "{gguf} {workload}: /health 200 after {:.1} s with {:?}",
                 t.as_secs_f64(),
                 &argv[3..]
             )),
@@ -124,7 +109,7 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
                 let text = std::fs::read_to_string(log.path()).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(15).collect();
                 panic!(
-                    "{fixture} {workload}: llama-server {argv:?} {e}; its log ends:\n{}",
+                    "{gguf} {workload}: llama-server {argv:?} {e}; its log ends:\n{}",
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }

@@ -2,57 +2,30 @@
 //! other than the preset asked for. Library-level where the planner decides, binary-level where the exit code
 //! or the written file is the contract.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::{bin, fixture, inventory, profiles, synth};
 
 use optimizer::emit::{Deployment, SlaStatus, Source, Status, Strategy};
-use optimizer::hardware::{self, Inventory};
-use optimizer::model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
-use optimizer::model::{self, ModelSpec};
-use optimizer::plan::{self, Inputs, Measurements, Overrides, PlanError};
-use optimizer::profile::{self, ProfileSet};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn inventory(name: &str) -> Inventory {
-    hardware::load_inventory(&root().join("tests/fixtures/inventories").join(name)).unwrap()
-}
+use optimizer::hardware::Inventory;
+use optimizer::model::ModelSpec;
+use optimizer::model::gguf_builder::LlamaShape;
+use optimizer::plan::{self, Overrides, PlanError};
 
 fn inline(yaml: &str) -> Inventory {
     serde_yaml_ng::from_str(yaml).unwrap()
 }
 
-fn synth(dir: &Path, name: &str, shape: LlamaShape) -> (PathBuf, ModelSpec) {
-    let path = dir.join(name);
-    write_sparse(&synthetic_llama(shape), &path).unwrap();
-    let spec = model::load(&path).unwrap();
-    (path, spec)
-}
-
-fn plan_with(
-    spec: &ModelSpec,
-    inv: &Inventory,
-    workload: &str,
-    set: &ProfileSet,
-    overrides: &Overrides,
-) -> Result<Deployment, PlanError> {
-    plan::resolve(&Inputs {
-        model: spec,
-        model_path: "m.gguf",
-        inventory: inv,
-        hardware_source: "inventory",
-        profiles: set,
-        workload: &set.workload(workload).unwrap().value,
-        measurements: &Measurements::default(),
-        overrides,
-    })
-}
-
+/// The plan for a preset, nothing pinned.
 fn plan(spec: &ModelSpec, inv: &Inventory, workload: &str) -> Deployment {
-    let set = profile::load(&[]).unwrap();
-    plan_with(spec, inv, workload, &set, &Overrides::default()).unwrap()
+    common::plan(
+        spec,
+        "m.gguf",
+        inv,
+        &profiles(),
+        workload,
+        &Overrides::default(),
+    )
+    .unwrap()
 }
 
 /// The value following `flag` in an argv.
@@ -82,23 +55,31 @@ fn chat_context_is_per_sequence_and_minus_c_is_the_total_over_slots() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m8, &inventory("cloud-8xh100.yaml"), "chat");
-    let s = &d.settings;
+    let s = common::llama(&d);
     // chat: 8192 tokens per conversation, 4 conversations (profiles/workloads/chat.yaml).
     assert_eq!(s.context_per_sequence, 8192);
     assert_eq!(s.parallel, 4);
     assert_eq!(s.context_length, 8192 * 4);
-    let argv = &d.launch.llama_server.argv;
+    let argv = &common::artifact(&d, "llama-server").argv;
     assert_eq!(flag(argv, "-c"), Some("32768"));
     assert_eq!(flag(argv, "-np"), Some("4"));
     assert!(!argv.iter().any(|a| a == "-kvu" || a == "--kv-unified"));
-    assert_eq!(
-        d.launch.ollama.num_ctx, 8192,
+    assert!(
+        common::artifact(&d, "ollama").files["Modelfile"].contains("PARAMETER num_ctx 8192\n"),
         "Ollama's num_ctx is per request"
     );
-    assert_eq!(d.launch.ollama.env["OLLAMA_NUM_PARALLEL"], "4");
+    assert_eq!(
+        common::artifact(&d, "ollama").env["OLLAMA_NUM_PARALLEL"],
+        "4"
+    );
     // The KV cache holds 4 x 8192 cells: Llama-3-8B f16 keeps 2 x 8 KV heads x 128 x 2 bytes x 32 layers
     // = 131072 bytes per cell, so 32768 cells = 4 GiB.
-    let kv: u64 = d.memory.devices.iter().map(|m| m.kv_cache_bytes).sum();
+    let kv: u64 = d
+        .memory
+        .devices
+        .iter()
+        .map(|m| m.components.kv_cache_bytes)
+        .sum();
     if s.cache_type_k == "f16" {
         assert_eq!(kv, 32768 * 131_072);
     }
@@ -112,13 +93,17 @@ fn a_cpu_only_plan_on_a_two_core_host_uses_both_cores() {
     let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
     for w in ["inference", "chat", "batch-inference"] {
         let d = plan(&m1, &inline(CPU_2_CORES), w);
-        assert_eq!(d.placement.strategy, Strategy::Cpu);
+        assert_eq!(common::llama(&d).strategy, Strategy::Cpu);
         assert_eq!(
-            d.settings.threads, 2,
+            common::llama(&d).threads,
+            2,
             "{w}: {:?}",
             d.provenance["settings.threads"]
         );
-        assert_eq!(flag(&d.launch.llama_server.argv, "-t"), Some("2"));
+        assert_eq!(
+            flag(&common::artifact(&d, "llama-server").argv, "-t"),
+            Some("2")
+        );
     }
 }
 
@@ -127,9 +112,17 @@ fn a_full_gpu_plan_on_a_96_core_host_asks_for_few_threads() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m8, &inline(H100_ON_96_CORES), "inference");
-    assert_eq!(d.placement.strategy, Strategy::Gpu);
-    assert!(d.settings.threads <= 4, "threads {}", d.settings.threads);
-    let cpu: u32 = d.launch.kubernetes.resources.requests["cpu"]
+    assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
+    assert!(
+        common::llama(&d).threads <= 4,
+        "threads {}",
+        common::llama(&d).threads
+    );
+    let cpu: u32 = common::artifact(&d, "kubernetes")
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests["cpu"]
         .parse()
         .unwrap();
     assert!(
@@ -146,8 +139,8 @@ fn the_preferred_f16_kv_cache_is_kept_when_it_fits() {
     // inference and chat prefer f16 (profiles/workloads/*.yaml kv_cache: [f16, q8_0]); on an H100 it fits.
     for w in ["inference", "chat", "code-generation"] {
         let d = plan(&m8, &inline(H100_ON_96_CORES), w);
-        assert_eq!(d.settings.cache_type_k, "f16", "{w}");
-        assert_eq!(d.settings.cache_type_v, "f16", "{w}");
+        assert_eq!(common::llama(&d).cache_type_k, "f16", "{w}");
+        assert_eq!(common::llama(&d).cache_type_v, "f16", "{w}");
         let why = &d.provenance["settings.cache_type_k"].detail;
         assert!(why.contains("f16"), "{why}");
     }
@@ -230,10 +223,10 @@ gpus:
 ",
     );
     let d = plan(&m8, &inv, "inference");
-    assert_eq!(d.placement.strategy, Strategy::Gpu);
+    assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
     let gpu_devices: Vec<&str> = d
-        .placement
-        .devices
+        .topology
+        .stages
         .iter()
         .map(|p| p.device.as_str())
         .filter(|n| *n != "cpu")
@@ -242,7 +235,7 @@ gpus:
     let mem = d.memory.devices.iter().find(|m| m.device != "cpu").unwrap();
     assert_eq!(mem.device, "cuda:1");
     assert_eq!(mem.capacity_bytes, 25390219264, "GPU 1's free memory");
-    let launch = &d.launch.llama_server;
+    let launch = &common::artifact(&d, "llama-server");
     assert_eq!(launch.env["CUDA_VISIBLE_DEVICES"], "1");
     assert_eq!(launch.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
     assert_eq!(flag(&launch.argv, "-dev"), Some("CUDA0"));
@@ -261,8 +254,8 @@ fn a_two_gpu_plan_pins_both_in_layer_order_with_its_split() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m70) = synth(dir.path(), "m70.gguf", LlamaShape::LLAMA3_70B);
     let d = plan(&m70, &inventory("workstation-2x3090.yaml"), "inference");
-    assert_eq!(d.placement.strategy, Strategy::MultiGpu);
-    let launch = &d.launch.llama_server;
+    assert_eq!(common::llama(&d).strategy, Strategy::MultiGpu);
+    let launch = &common::artifact(&d, "llama-server");
     assert_eq!(launch.env["CUDA_VISIBLE_DEVICES"], "0,1");
     assert_eq!(flag(&launch.argv, "-dev"), Some("CUDA0,CUDA1"));
     assert_eq!(flag(&launch.argv, "-sm"), Some("layer"));
@@ -276,8 +269,11 @@ fn a_cpu_only_plan_keeps_a_gpu_build_off_the_gpus() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
     let d = plan(&m1, &inline(CPU_2_CORES), "inference");
-    assert_eq!(flag(&d.launch.llama_server.argv, "-dev"), Some("none"));
-    assert!(d.launch.llama_server.env.is_empty());
+    assert_eq!(
+        flag(&common::artifact(&d, "llama-server").argv, "-dev"),
+        Some("none")
+    );
+    assert!(common::artifact(&d, "llama-server").env.is_empty());
 }
 
 #[test]
@@ -288,7 +284,10 @@ fn no_emitted_argv_uses_no_mmap() {
         for w in ["inference", "chat", "batch-inference", "long-context"] {
             let d = plan(&m8, &inventory(inv), w);
             assert!(
-                !d.launch.llama_server.argv.iter().any(|a| a == "--no-mmap"),
+                !common::artifact(&d, "llama-server")
+                    .argv
+                    .iter()
+                    .any(|a| a == "--no-mmap"),
                 "{inv} {w}"
             );
         }
@@ -334,10 +333,23 @@ gpus:
     );
     let d = plan(&m8, &inv, "inference");
     assert!(d.hardware.gpus[0].used, "{:?}", d.warnings);
-    assert_eq!(d.placement.strategy, Strategy::Gpu);
-    assert_eq!(d.launch.llama_server.env["HIP_VISIBLE_DEVICES"], "0");
-    assert_eq!(flag(&d.launch.llama_server.argv, "-dev"), Some("ROCm0"));
-    assert_eq!(d.launch.kubernetes.resources.requests["amd.com/gpu"], "1");
+    assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
+    assert_eq!(
+        common::artifact(&d, "llama-server").env["HIP_VISIBLE_DEVICES"],
+        "0"
+    );
+    assert_eq!(
+        flag(&common::artifact(&d, "llama-server").argv, "-dev"),
+        Some("ROCm0")
+    );
+    assert_eq!(
+        common::artifact(&d, "kubernetes")
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests["amd.com/gpu"],
+        "1"
+    );
     assert!(
         d.warnings
             .iter()
@@ -349,7 +361,7 @@ gpus:
 fn refusals_are_errors_not_plans() {
     let dir = tempfile::tempdir().unwrap();
     let (_, m1) = synth(dir.path(), "m1.gguf", LlamaShape::LLAMA3_8B);
-    let set = profile::load(&[]).unwrap();
+    let set = profiles();
     let inv = inline(CPU_2_CORES);
     let o = |c: Option<u32>, p: Option<u32>| Overrides {
         context_length: c,
@@ -358,20 +370,35 @@ fn refusals_are_errors_not_plans() {
     };
     // -c 4294967295 once wrapped to `context_length: 0` and `status: fits`.
     assert!(matches!(
-        plan_with(&m1, &inv, "inference", &set, &o(Some(u32::MAX), None)),
+        common::plan(
+            &m1,
+            "m.gguf",
+            &inv,
+            &set,
+            "inference",
+            &o(Some(u32::MAX), None)
+        ),
         Err(PlanError::Usage(_))
     ));
     assert!(matches!(
-        plan_with(&m1, &inv, "inference", &set, &o(Some(0), None)),
+        common::plan(&m1, "m.gguf", &inv, &set, "inference", &o(Some(0), None)),
         Err(PlanError::Usage(_))
     ));
     // --parallel 0 once became 1, credited to the workload.
     assert!(matches!(
-        plan_with(&m1, &inv, "inference", &set, &o(None, Some(0))),
+        common::plan(&m1, "m.gguf", &inv, &set, "inference", &o(None, Some(0))),
         Err(PlanError::Usage(_))
     ));
     // A context per sequence that fits but whose total over 4 slots exceeds llama.cpp's uint32 -c.
-    let d = plan_with(&m1, &inv, "inference", &set, &o(Some(1 << 30), Some(8))).unwrap();
+    let d = common::plan(
+        &m1,
+        "m.gguf",
+        &inv,
+        &set,
+        "inference",
+        &o(Some(1 << 30), Some(8)),
+    )
+    .unwrap();
     assert_eq!(d.status, Status::NoFit);
     // Too many GPUs is a hardware description the planner refuses, not minutes of search.
     let mut many = inline(H100_ON_96_CORES);
@@ -384,27 +411,25 @@ fn refusals_are_errors_not_plans() {
         })
         .collect();
     assert!(matches!(
-        plan_with(&m1, &many, "inference", &set, &Overrides::default()),
+        common::plan(
+            &m1,
+            "m.gguf",
+            &many,
+            &set,
+            "inference",
+            &Overrides::default()
+        ),
         Err(PlanError::Hardware(_))
     ));
-}
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
-    c.env(
-        "OPTIMIZER_DB",
-        std::env::temp_dir().join(format!("optimizer-plans-run-{}.db", std::process::id())),
-    );
-    c
 }
 
 #[test]
 fn a_safetensors_checkpoint_is_refused_with_a_hint_to_convert() {
     let o = bin()
         .arg("--inventory")
-        .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+        .arg(fixture("inventories/cpu-server.yaml"))
         .args(["resolve", "-m"])
-        .arg(root().join("tests/fixtures/safetensors/llama-bf16"))
+        .arg(fixture("safetensors/llama-bf16"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -420,9 +445,9 @@ fn a_safetensors_checkpoint_is_refused_with_a_hint_to_convert() {
 fn a_split_model_passed_by_a_later_shard_launches_the_first() {
     let o = bin()
         .arg("--inventory")
-        .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+        .arg(fixture("inventories/cpu-server.yaml"))
         .args(["resolve", "--format", "json", "-m"])
-        .arg(root().join("tests/fixtures/gguf/split/llama-split-00002-of-00003.gguf"))
+        .arg(fixture("gguf/split/llama-split-00002-of-00003.gguf"))
         .output()
         .unwrap();
     assert_eq!(
@@ -432,7 +457,11 @@ fn a_split_model_passed_by_a_later_shard_launches_the_first() {
         String::from_utf8_lossy(&o.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let argv = doc["launch"]["llama_server"]["argv"].as_array().unwrap();
+    let argv = doc["launch"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == "llama-server"))
+        .and_then(|x| x["argv"].as_array())
+        .unwrap();
     let m = argv
         .iter()
         .position(|a| a == "-m")
@@ -452,7 +481,7 @@ fn out_of_range_flags_exit_2_and_write_nothing() {
     ] {
         let o = bin()
             .arg("--inventory")
-            .arg(root().join("tests/fixtures/inventories/cpu-server.yaml"))
+            .arg(fixture("inventories/cpu-server.yaml"))
             .args(["resolve", "-m"])
             .arg(&m1)
             .args(&args)
@@ -474,7 +503,7 @@ fn estimate_refuses_tensor_splits_that_mean_nothing() {
     for ts in ["nan,1", "1,-1", "0,0", "inf,1"] {
         let o = bin()
             .args(["estimate", "-m"])
-            .arg(root().join("tests/fixtures/gguf/llama-q4_k_m.gguf"))
+            .arg(fixture("gguf/llama-q4_k_m.gguf"))
             .args(["--hardware", "2x:rtx-3090", "-ngl", "99"])
             .arg(format!("-ts={ts}"))
             .output()
@@ -486,7 +515,7 @@ fn estimate_refuses_tensor_splits_that_mean_nothing() {
     }
     let o = bin()
         .args(["estimate", "-m"])
-        .arg(root().join("tests/fixtures/gguf/llama-q4_k_m.gguf"))
+        .arg(fixture("gguf/llama-q4_k_m.gguf"))
         .args(["--hardware", "2x:rtx-3090", "-ngl", "99", "-ts=3,1"])
         .output()
         .unwrap();
@@ -495,5 +524,115 @@ fn estimate_refuses_tensor_splits_that_mean_nothing() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The planner, not the CLI, decides what the figures rest on: a measured efficiency for the planned GPU's
+/// profile replaces the rule's (basis `calibrated`, the row cited), and a decode throughput measured for this
+/// model on that device at this many sequences replaces the prediction (basis `measured`).
+#[test]
+fn store_evidence_sets_the_basis_and_cites_its_rows() {
+    use optimizer::evidence::{Basis, Evidence, MeasuredEfficiency, ThroughputPoint};
+    use optimizer::profile::{Phase, RuntimeId};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let set = profiles();
+    let inv = inventory("laptop-rtx4060.yaml");
+    let w = &set.workload("inference").unwrap().value;
+    let path = path.display().to_string();
+    let plan_with = |ev: &Evidence| {
+        common::plan_with_evidence(&m8, &path, &inv, &set, w, &Overrides::default(), ev).unwrap()
+    };
+    let analytic = plan_with(&Evidence::default());
+    assert_eq!(analytic.performance.basis, Basis::Analytic);
+    assert!(analytic.performance.evidence.is_empty());
+    let gpu = analytic
+        .hardware
+        .gpus
+        .iter()
+        .find(|g| g.used)
+        .unwrap()
+        .profile
+        .clone();
+    // Half the rule's decode efficiency: decode halves, and the plan says where the figure came from. A
+    // calibrated decode row alone leaves prefill on its rule, so the basis stays the weaker one.
+    let rule = set
+        .efficiency(
+            optimizer::profile::ReserveTarget::Gpu,
+            RuntimeId::LlamaCpp,
+            Phase::Decode,
+            Some((8, 9)),
+        )
+        .unwrap()
+        .efficiency;
+    let calibrated = Evidence {
+        efficiencies: vec![MeasuredEfficiency {
+            row: 42,
+            device_profile: gpu.clone(),
+            runtime: RuntimeId::LlamaCpp,
+            phase: Phase::Decode,
+            value: rule / 2.0,
+            basis: Basis::Calibrated,
+            what: "calibrate".into(),
+        }],
+        rows: Some(1),
+        ..Evidence::default()
+    };
+    let d = plan_with(&calibrated);
+    assert_eq!(d.performance.basis, Basis::Analytic);
+    assert_eq!(d.performance.evidence, vec![42]);
+    // Every efficiency the prediction uses calibrated (the GPU's prefill and the host's, which computes the
+    // input rows and the per-token floor): the basis is calibrated.
+    let mut all = calibrated.clone();
+    let host = analytic.hardware.cpu.profile.clone();
+    for (row, profile, phase) in [
+        (43, gpu.clone(), Phase::Prefill),
+        (44, host.clone(), Phase::Decode),
+        (45, host, Phase::Prefill),
+    ] {
+        all.efficiencies.push(MeasuredEfficiency {
+            row,
+            device_profile: profile,
+            phase,
+            value: 0.5,
+            ..calibrated.efficiencies[0].clone()
+        });
+    }
+    let d = plan_with(&all);
+    assert_eq!(d.performance.basis, Basis::Calibrated);
+    assert_eq!(d.performance.evidence, vec![42, 43, 44, 45]);
+    assert!(
+        d.performance.decode_tokens_per_s < analytic.performance.decode_tokens_per_s * 0.75,
+        "{} vs {}",
+        d.performance.decode_tokens_per_s,
+        analytic.performance.decode_tokens_per_s
+    );
+    assert!(
+        d.provenance["performance"].detail.contains("store row 42"),
+        "{:?}",
+        d.provenance["performance"]
+    );
+    // A measured decode throughput for this device at one sequence is the figure the document reports.
+    let measured = Evidence {
+        throughput: vec![ThroughputPoint {
+            row: 7,
+            device_profile: gpu,
+            runtime: RuntimeId::LlamaCpp,
+            phase: Phase::Decode,
+            tokens_per_s: 31.5,
+            concurrency: Some(1),
+            what: "llama-bench import".into(),
+        }],
+        rows: Some(1),
+        ..Evidence::default()
+    };
+    let d = plan_with(&measured);
+    assert_eq!(d.performance.basis, Basis::Measured);
+    assert_eq!(d.performance.decode_tokens_per_s, 31.5);
+    assert!((d.performance.time_per_output_token_ms - 1000.0 / 31.5).abs() < 1e-3);
+    assert_eq!(d.performance.evidence, vec![7]);
+    assert_eq!(
+        d.provenance["performance.decode_tokens_per_s"].source,
+        Source::Measured
     );
 }

@@ -1,18 +1,17 @@
 //! The safetensors reader against fixtures written by the official `safetensors` Python package
 //! (tests/fixtures/generate.py), and against crafted bytes for every defect it refuses.
 
+mod common;
+use common::fixture;
+
 use std::path::{Path, PathBuf};
 
 use optimizer::model::safetensors::{self, MAX_HEADER_BYTES, StDtype};
 use optimizer::model::{self, Defect, Dtype, ModelError, ModelSpec, PerLayer, Role};
 use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
 fn fixture_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures().join("safetensors"))
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixture("safetensors"))
         .expect("fixture directory")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.is_dir())
@@ -29,7 +28,7 @@ fn load(path: &Path) -> ModelSpec {
 }
 
 fn load_fixture(name: &str) -> ModelSpec {
-    load(&fixtures().join("safetensors").join(name))
+    load(&fixture("safetensors").join(name))
 }
 
 fn as_u64(v: &Value) -> u64 {
@@ -42,7 +41,7 @@ fn every_fixture_matches_the_python_reader() {
     assert!(dirs.len() >= 7, "fixtures missing: {dirs:?}");
     for dir in dirs {
         let name = dir.file_name().and_then(|n| n.to_str()).expect("name");
-        let expected_path = fixtures().join(format!("expected/st-{name}.json"));
+        let expected_path = fixture(format!("expected/st-{name}.json"));
         let expected: Value =
             serde_json::from_slice(&std::fs::read(&expected_path).expect("expected file"))
                 .expect("expected JSON");
@@ -169,7 +168,7 @@ fn qwen2_sharded_hparams_and_layout() {
 
 #[test]
 fn the_same_model_by_directory_index_or_shard() {
-    let dir = fixtures().join("safetensors/qwen2-sharded");
+    let dir = fixture("safetensors/qwen2-sharded");
     let by_dir = load(&dir);
     let by_index = load(&dir.join("model.safetensors.index.json"));
     let by_shard = load(&dir.join("model-00002-of-00002.safetensors"));
@@ -179,7 +178,7 @@ fn the_same_model_by_directory_index_or_shard() {
         assert_eq!(other.tensors, by_dir.tensors);
         assert_eq!(other.files, by_dir.files);
     }
-    let single = fixtures().join("safetensors/llama-bf16");
+    let single = fixture("safetensors/llama-bf16");
     assert_eq!(
         load(&single).fingerprint,
         load(&single.join("model.safetensors")).fingerprint
@@ -659,7 +658,7 @@ fn a_directory_without_weights_is_not_a_model() {
 /// Cutting a valid file anywhere must give an error, never a panic and never a model.
 #[test]
 fn truncated_files_are_always_refused() {
-    let src = fixtures().join("safetensors/llama-bf16/model.safetensors");
+    let src = fixture("safetensors/llama-bf16/model.safetensors");
     let bytes = std::fs::read(&src).expect("fixture");
     let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
     let dense_until = (8 + header_len + 64).min(bytes.len());

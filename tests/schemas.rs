@@ -1,13 +1,14 @@
 //! The committed JSON Schemas in `schemas/` must equal what the Rust types generate. After changing a type,
 //! regenerate them with `OPTIMIZER_UPDATE_SCHEMAS=1 cargo test --test schemas` and commit the result.
 
-use std::path::Path;
+mod common;
+use common::{bin, root};
 
 use optimizer::schema::{NAMES, render};
 
 #[test]
 fn committed_schemas_are_current() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+    let dir = root().join("schemas");
     let update = std::env::var_os("OPTIMIZER_UPDATE_SCHEMAS").is_some();
     let mut stale = Vec::new();
     for (name, file) in NAMES {
@@ -32,18 +33,12 @@ fn committed_schemas_are_current() {
 #[test]
 fn schema_command_prints_each_schema() {
     for (name, _) in NAMES {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_optimizer"))
-            .args(["schema", name])
-            .output()
-            .unwrap();
+        let out = bin().args(["schema", name]).output().unwrap();
         assert_eq!(out.status.code(), Some(0));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(v.get("$schema").is_some(), "{name}");
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_optimizer"))
-        .args(["schema", "nope"])
-        .output()
-        .unwrap();
+    let out = bin().args(["schema", "nope"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("hardware-profile"));
 }

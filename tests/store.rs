@@ -59,8 +59,9 @@ fn a_fresh_path_and_an_empty_file_are_created_stamped_and_migrated() {
         drop(s);
         let s = Store::open(p).unwrap();
         assert_eq!(s.version().unwrap(), KNOWN, "reopening is idempotent");
-        let (_, rows) = s.measurements(&["rtx-4090".into()], "abc").unwrap();
-        assert_eq!(rows, 0);
+        let ev = s.evidence(&["rtx-4090".into()], "abc").unwrap();
+        assert_eq!(ev.rows, Some(0));
+        assert!(ev.is_empty());
     }
     let m = Store::open_in_memory().unwrap();
     assert_eq!(m.version().unwrap(), KNOWN);
@@ -329,4 +330,60 @@ fn a_directory_or_fifo_is_refused_without_hanging() {
     assert!(ok, "mkfifo");
     let err = Store::open(&fifo).unwrap_err();
     assert!(matches!(defect(&err), Defect::NotRegularFile), "{err}");
+}
+
+/// Rows of every kind for two device profiles and two models, as calibration and imports will write them.
+const EVIDENCE_ROWS: &str = "
+INSERT INTO device (id, profile, name) VALUES (1, 'h100-sxm', 'NVIDIA H100 80GB HBM3'), (2, 'rtx-4090', 'RTX 4090');
+INSERT INTO model (id, fingerprint, architecture, tensor_bytes) VALUES (1, 'fp-a', 'llama', 1), (2, 'fp-b', 'llama', 1);
+INSERT INTO run (id, tool, runtime, started_at) VALUES (1, 'calibrate', 'llama.cpp', '2026-11-22T00:00:00Z'),
+  (2, 'llama-bench import', 'llama.cpp', '2026-11-22T00:00:00Z'), (3, 'calibrate', 'tensorrt', '2026-11-22T00:00:00Z');
+INSERT INTO measurement (id, run_id, device_id, model_id, metric, value, unit, context) VALUES
+  (10, 1, 1, NULL, 'decode_efficiency', 0.41, 'ratio', '{}'),
+  (11, 1, 1, NULL, 'prefill_efficiency', 0.2, 'ratio', '{}'),
+  (12, 2, 1, 1, 'decode_tokens_per_s', 250.5, 'tokens/s', '{\"concurrency\": 1}'),
+  (13, 2, 1, 1, 'peak_memory_bytes', 9000000000, 'bytes', '{\"n_ctx\": 4096}'),
+  (14, 2, 1, 2, 'decode_tokens_per_s', 99.0, 'tokens/s', '{}'),
+  (15, 3, 1, NULL, 'decode_efficiency', 0.9, 'ratio', '{}'),
+  (16, 1, 1, NULL, 'decode_efficiency', 7.5, 'ratio', '{}'),
+  (17, 1, 2, NULL, 'decode_efficiency', 0.5, 'ratio', '{}'),
+  (18, 1, 1, NULL, 'bandwidth_bytes_per_s', 3.0e12, 'bytes/s', '{}');
+";
+
+#[test]
+fn evidence_returns_each_usable_row_with_its_id_and_counts_the_rest() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("e.db");
+    drop(Store::open(&p).unwrap());
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .execute_batch(EVIDENCE_ROWS)
+        .unwrap();
+    let s = Store::open(&p).unwrap();
+    let ev = s.evidence(&["h100-sxm".into()], "fp-a").unwrap();
+    // Rows for this device: every model-free row and model fp-a's, not fp-b's (14) nor the 4090's (17).
+    assert_eq!(ev.rows, Some(7));
+    let eff: Vec<(i64, f64)> = ev.efficiencies.iter().map(|e| (e.row, e.value)).collect();
+    // 15 names a runtime the planner does not know; 16 claims 750 % of the peak.
+    assert_eq!(eff, vec![(10, 0.41), (11, 0.2)]);
+    assert!(
+        ev.efficiencies
+            .iter()
+            .all(|e| e.basis == optimizer::evidence::Basis::Calibrated)
+    );
+    assert_eq!(ev.throughput.len(), 1);
+    assert_eq!(
+        (ev.throughput[0].row, ev.throughput[0].concurrency),
+        (12, Some(1))
+    );
+    assert_eq!(ev.peak_memory.len(), 1);
+    assert_eq!(
+        (ev.peak_memory[0].row, ev.peak_memory[0].bytes),
+        (13, 9_000_000_000)
+    );
+    // Asking twice for one profile counts its rows once.
+    let twice = s
+        .evidence(&["h100-sxm".into(), "h100-sxm".into()], "fp-a")
+        .unwrap();
+    assert_eq!(twice.rows, Some(7));
 }

@@ -17,7 +17,8 @@ use libfuzzer_sys::fuzz_target;
 use optimizer::hardware::{self, GpuVendor, Inventory};
 use optimizer::memory::llama_cpp::{self, FlashAttn, GpuTarget, Machine, Params};
 use optimizer::model::GgmlType;
-use optimizer::plan::{self, Inputs, Measurements, Overrides};
+use optimizer::evidence::Evidence;
+use optimizer::plan::{self, Inputs, Overrides};
 use optimizer::profile::{self, ProfileSet};
 
 struct Fixtures {
@@ -132,7 +133,7 @@ fuzz_target!(|data: &[u8]| {
             hardware_source: "inventory",
             profiles: &f.profiles,
             workload: w,
-            measurements: &Measurements::default(),
+            evidence: &Evidence::default(),
             overrides: o,
         });
     }

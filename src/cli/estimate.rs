@@ -9,11 +9,8 @@ use clap::{Args, ValueEnum};
 
 use super::inspect::human_bytes;
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
-use crate::memory::llama_cpp::{
-    self, CACHE_TYPES, Estimate, FlashAttn, GpuTarget, Machine, Params,
-};
+use crate::memory::llama_cpp::{CACHE_TYPES, Estimate, FlashAttn, Params};
 use crate::model::GgmlType;
-use crate::profile::{DeviceKind, ProfileSet};
 
 /// llama.cpp spells several short flags with more than one letter (`-ub`, `-ngl`); clap's short flags are one
 /// letter, so those tokens are rewritten to their long forms before parsing.
@@ -228,97 +225,15 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
     })
 }
 
-fn machine(
-    common: &Common,
-    s: &Settings,
-    set: &ProfileSet,
-    notes: &mut Vec<String>,
-) -> Result<Machine, Failure> {
-    let (overhead, rule) = set.llama_cpp_gpu_overhead();
-    let rule = rule.map(str::to_string);
-    let m = machine_inner(common, s, set, notes, overhead)?;
-    if let Some(rule) = rule.filter(|_| !m.gpus.is_empty()) {
-        notes.push(format!("per-GPU overhead from rule {rule}"));
-    }
-    Ok(m)
-}
-
-fn machine_inner(
-    common: &Common,
-    s: &Settings,
-    set: &ProfileSet,
-    notes: &mut Vec<String>,
-    overhead: u64,
-) -> Result<Machine, Failure> {
-    if let Some((n, id)) = &s.hardware {
-        let p = set.hardware(id).ok_or_else(|| {
-            Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))
-                .hint("`optimizer profiles list` shows every id")
-        })?;
-        let p = &p.value;
-        return Ok(match p.kind {
-            DeviceKind::Gpu => {
-                notes.push(format!(
-                    "planning for {n}x {id}: the host CPU is unknown, so no CPU weight repacking is predicted"
-                ));
-                Machine {
-                    cpu_features: Vec::new(),
-                    gpus: (0..*n)
-                        .map(|_| GpuTarget {
-                            name: p.name.clone(),
-                            free_bytes: p.memory.size_bytes.unwrap_or(0),
-                            overhead_bytes: overhead,
-                        })
-                        .collect(),
-                }
-            }
-            DeviceKind::Cpu | DeviceKind::Soc => {
-                if p.kind == DeviceKind::Soc {
-                    notes.push(format!("{id} is a unified-memory SoC; its GPU backend is not modelled, so this is the CPU estimate"));
-                }
-                Machine {
-                    cpu_features: p
-                        .cpu
-                        .as_ref()
-                        .map(|c| c.features.clone())
-                        .unwrap_or_default(),
-                    gpus: Vec::new(),
-                }
-            }
-        });
-    }
-    let (inv, _) = common.inventory()?;
-    Ok(Machine {
-        cpu_features: inv.cpu.features.clone(),
-        gpus: inv
-            .gpus
-            .iter()
-            .filter(|g| g.vendor == crate::hardware::GpuVendor::Nvidia)
-            .map(|g| GpuTarget {
-                name: g.name.clone(),
-                free_bytes: g.memory_free_bytes,
-                overhead_bytes: overhead,
-            })
-            .collect(),
-    })
-}
-
 pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
-    let spec = crate::model::load(&s.model)?;
-    let set = common.profiles()?;
-    let mut notes = Vec::new();
-    let m = machine(common, s, &set, &mut notes)?;
-    let mut est = llama_cpp::estimate(&spec, &s.params, &m).map_err(|e| {
-        if e.is_model_defect() {
-            Failure::new(
-                exit::INVALID_INPUT,
-                anyhow::anyhow!("{}: {e}", s.model.display()),
-            )
-        } else {
-            Failure::new(exit::USAGE, e)
-        }
-    })?;
-    est.notes.extend(notes);
+    let est = crate::app::estimate(
+        common,
+        &crate::app::EstimateRequest {
+            model: s.model.clone(),
+            params: s.params.clone(),
+            hardware: s.hardware.clone(),
+        },
+    )?;
     let text = match s.format {
         OutputFormat::Table => table(&est),
         f => render(&est, f)?,

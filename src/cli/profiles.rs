@@ -6,26 +6,10 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
-use crate::profile::{self, Diagnostic, Origin, RuleTable};
+use crate::profile::{self, Origin, RuleTable};
 
 /// Every diagnostic on stderr, then a failure with exit code 4.
-pub fn invalid(diags: Vec<Diagnostic>) -> Failure {
-    let mut err = std::io::stderr().lock();
-    for d in &diags {
-        let _ = std::io::Write::write_fmt(&mut err, format_args!("{d}\n"));
-    }
-    let files: std::collections::BTreeSet<&str> = diags.iter().map(|d| d.path.as_str()).collect();
-    Failure::new(
-        exit::INVALID_INPUT,
-        anyhow::anyhow!(
-            "{} problem{} in {} profile file{}",
-            diags.len(),
-            if diags.len() == 1 { "" } else { "s" },
-            files.len(),
-            if files.len() == 1 { "" } else { "s" }
-        ),
-    )
-}
+pub use crate::app::invalid_profiles as invalid;
 
 pub fn validate(common: &Common, paths: &[PathBuf]) -> Result<(), Failure> {
     let (files, mut diags) = if paths.is_empty() {

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
+use crate::app::{Hardware, ResolveRequest};
 use crate::emit::{Deployment, Status};
-use crate::hardware::Inventory;
-use crate::plan::{self, Inputs, Overrides};
-use crate::profile::{DeviceKind, Objective, ProfileSet};
+use crate::plan::Overrides;
+use crate::profile::Objective;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RawObjective {
@@ -33,6 +33,10 @@ pub struct RawResolve {
     /// CPU and RAM stay this machine's (or --inventory's).
     #[arg(long)]
     hardware: Option<String>,
+    /// Plan for a cluster description (`optimizer schema cluster`) instead of this machine: its node type,
+    /// one replica per node.
+    #[arg(long, conflicts_with = "hardware")]
+    cluster: Option<PathBuf>,
     /// Pin the context per sequence: the tokens each conversation (server slot) can hold. The emitted
     /// llama-server `-c` is this times the sequences. Everything else is re-optimised around it.
     #[arg(short = 'c', long = "ctx-size")]
@@ -58,10 +62,7 @@ pub struct RawResolve {
 
 #[derive(Debug)]
 pub struct Settings {
-    model: PathBuf,
-    workload: String,
-    hardware: Option<(u32, String)>,
-    overrides: Overrides,
+    request: ResolveRequest,
     explain: bool,
     output: Option<PathBuf>,
     format: OutputFormat,
@@ -79,18 +80,23 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
         ));
     }
     Ok(Settings {
-        model: raw.model,
-        workload: raw.workload,
-        hardware,
-        overrides: Overrides {
-            context_length: raw.ctx_size,
-            gpu_layers: raw.n_gpu_layers,
-            parallel: raw.parallel,
-            objective: raw.objective.map(|o| match o {
-                RawObjective::Latency => Objective::Latency,
-                RawObjective::Throughput => Objective::Throughput,
-                RawObjective::Balanced => Objective::Balanced,
-            }),
+        request: ResolveRequest {
+            model: raw.model,
+            workload: raw.workload,
+            hardware: Hardware {
+                gpus: hardware,
+                cluster: raw.cluster,
+            },
+            overrides: Overrides {
+                context_length: raw.ctx_size,
+                gpu_layers: raw.n_gpu_layers,
+                parallel: raw.parallel,
+                objective: raw.objective.map(|o| match o {
+                    RawObjective::Latency => Objective::Latency,
+                    RawObjective::Throughput => Objective::Throughput,
+                    RawObjective::Balanced => Objective::Balanced,
+                }),
+            },
         },
         explain: raw.explain,
         output: raw.output,
@@ -98,101 +104,51 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
     })
 }
 
-/// This machine (or the inventory) with its GPUs replaced by `n` GPUs of a profile.
-fn with_profiled_gpus(
-    mut inv: Inventory,
-    n: u32,
-    id: &str,
-    set: &ProfileSet,
-) -> Result<Inventory, Failure> {
-    let p = &set
-        .hardware(id)
-        .ok_or_else(|| {
-            Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))
-                .hint("`optimizer profiles list` shows every id")
-        })?
-        .value;
-    if p.kind == DeviceKind::Soc && n > 1 {
-        return Err(Failure::new(
-            exit::USAGE,
-            anyhow::anyhow!("--hardware {n}x:{id}: a machine has one {} GPU", p.name),
-        ));
-    }
-    // An Apple SoC's GPU shares the machine's memory: the host's (probed or --inventory) memory stands for it.
-    let machine_memory = inv.memory.total_bytes;
-    inv.gpus = (0..n)
-        .map(|i| crate::profile::matching::gpu_from_profile(p, i, machine_memory))
-        .collect::<Result<_, _>>()
-        .map_err(|e| {
-            Failure::new(
-                exit::USAGE,
-                anyhow::anyhow!(
-                    "--hardware {id}: {e}; resolve plans GPUs from profiles, the host from the probe or --inventory"
-                ),
-            )
-        })?;
-    Ok(inv)
-}
-
-/// The exit code and message of a planner refusal: defects of the model or the inventory are invalid input (4)
-/// naming the file; what the user asked for is a usage error (2).
-fn plan_failure(e: plan::PlanError, s: &Settings, hardware_source: &str) -> Failure {
-    use plan::PlanError;
-    match e {
-        PlanError::Model(_) => Failure::new(
-            exit::INVALID_INPUT,
-            anyhow::anyhow!("{}: {e}", s.model.display()),
-        ),
-        PlanError::Profile(_) => Failure::new(exit::INVALID_INPUT, e)
-            .hint("`optimizer profiles validate` checks the rule tables in force"),
-        PlanError::Hardware(_) => Failure::new(
-            if hardware_source == "profile" {
-                exit::USAGE
-            } else {
-                exit::INVALID_INPUT
-            },
-            anyhow::anyhow!("{hardware_source}: {e}"),
-        ),
-        PlanError::UnsupportedFormat(_) => {
-            Failure::new(exit::USAGE, anyhow::anyhow!("{}: {e}", s.model.display())).hint(
-                "convert it to GGUF with llama.cpp's convert_hf_to_gguf.py, then resolve the .gguf",
-            )
-        }
-        PlanError::UnsupportedMode(..) | PlanError::Usage(_) => Failure::new(exit::USAGE, e),
-    }
-}
-
 fn explain(d: &Deployment) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let s = &d.settings;
-    let p = &d.placement;
-    let _ = writeln!(
-        o,
-        "{} for workload {} ({:?}): {:?} with -ngl {} on {}, {} tokens per sequence x {} sequences (-c {}), -ub {}, KV {}/{}, flash attention {}, {} threads.",
-        if d.status == Status::Fits {
-            "Chose"
-        } else {
-            "Nothing fits; nearest"
-        },
-        d.workload.preset,
-        d.workload.objective,
-        p.strategy,
-        p.gpu_layers,
-        p.devices
-            .iter()
-            .map(|x| x.device.as_str())
-            .collect::<Vec<_>>()
-            .join("+"),
-        s.context_per_sequence,
-        s.parallel,
-        s.context_length,
-        s.ubatch_size,
-        s.cache_type_k,
-        s.cache_type_v,
-        if s.flash_attention { "on" } else { "off" },
-        s.threads
-    );
+    let devices = d
+        .topology
+        .stages
+        .iter()
+        .map(|x| x.device.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
+    let verb = if d.status == Status::Fits {
+        "Chose"
+    } else {
+        "Nothing fits; nearest"
+    };
+    let sequences = match &d.settings {
+        crate::emit::Settings::LlamaCpp(s) => {
+            let _ = writeln!(
+                o,
+                "{verb} for workload {} ({:?}): {} {:?} with -ngl {} on {devices}, {} tokens per sequence x {} sequences (-c {}), -ub {}, KV {}/{}, flash attention {}, {} threads{}.",
+                d.workload.preset,
+                d.workload.objective,
+                d.runtime.id.name(),
+                s.strategy,
+                s.gpu_layers,
+                s.context_per_sequence,
+                s.parallel,
+                s.context_length,
+                s.ubatch_size,
+                s.cache_type_k,
+                s.cache_type_v,
+                if s.flash_attention { "on" } else { "off" },
+                s.threads,
+                if d.topology.data_parallel > 1 {
+                    format!(
+                        ", one replica on each of {} nodes",
+                        d.topology.data_parallel
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            s.parallel
+        }
+    };
     let _ = writeln!(
         o,
         "Predicted ({:?}): {:.1} ms to first token, {:.1} ms per output token, {:.1} tokens/s decode over {} sequences, {:.0} tokens/s prefill.",
@@ -200,7 +156,7 @@ fn explain(d: &Deployment) -> String {
         d.performance.time_to_first_token_ms,
         d.performance.time_per_output_token_ms,
         d.performance.decode_tokens_per_s,
-        s.parallel,
+        sequences,
         d.performance.prefill_tokens_per_s
     );
     for c in &d.performance.sla {
@@ -228,11 +184,15 @@ fn explain(d: &Deployment) -> String {
         );
     }
     for a in &d.alternatives {
-        let _ = writeln!(
-            o,
-            "Also considered {:?} -ngl {}, {} tokens x {} sequences: {}.",
-            a.strategy, a.gpu_layers, a.context_per_sequence, a.parallel, a.why
-        );
+        match &a.settings {
+            crate::emit::Settings::LlamaCpp(s) => {
+                let _ = writeln!(
+                    o,
+                    "Also considered {:?} -ngl {}, {} tokens x {} sequences: {}.",
+                    s.strategy, s.gpu_layers, s.context_per_sequence, s.parallel, a.why
+                );
+            }
+        }
     }
     for s in &d.suggestions {
         let _ = writeln!(o, "To fit: {s}.");
@@ -241,63 +201,7 @@ fn explain(d: &Deployment) -> String {
 }
 
 pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
-    let spec = crate::model::load(&s.model)?;
-    let set = common.profiles()?;
-    let workload = &set
-        .workload(&s.workload)
-        .ok_or_else(|| {
-            Failure::new(
-                exit::USAGE,
-                anyhow::anyhow!("no workload preset {:?}", s.workload),
-            )
-            .hint("`optimizer profiles list` shows the presets")
-        })?
-        .value;
-    let (mut inv, mut source) = common.inventory()?;
-    if let Some((n, id)) = &s.hardware {
-        inv = with_profiled_gpus(inv, *n, id, &set)?;
-        source = "profile";
-    }
-    // Measured figures for these devices and this model, when calibration has recorded any.
-    let hw: Vec<&crate::profile::HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
-    let archs: Vec<_> = set.architectures().collect();
-    let device_ids: Vec<String> = inv
-        .gpus
-        .iter()
-        .filter_map(
-            |g| match crate::profile::matching::resolve(g, &hw, &archs) {
-                crate::profile::matching::Resolution::Profile { profile, .. } => {
-                    Some(profile.id.clone())
-                }
-                crate::profile::matching::Resolution::Derived { profile, .. }
-                | crate::profile::matching::Resolution::Heuristic { profile, .. } => {
-                    Some(profile.id)
-                }
-                crate::profile::matching::Resolution::Unresolved { .. } => None,
-            },
-        )
-        .collect();
-    let measured = common.measurements(&device_ids, &spec.fingerprint)?;
-    let path = s.model.display().to_string();
-    let inputs = Inputs {
-        model: &spec,
-        model_path: &path,
-        inventory: &inv,
-        hardware_source: source,
-        profiles: &set,
-        workload,
-        measurements: &measured.measurements,
-        overrides: &s.overrides,
-    };
-    let mut doc = plan::resolve(&inputs).map_err(|e| plan_failure(e, s, source))?;
-    doc.provenance.insert(
-        "performance.basis".into(),
-        crate::emit::Provenance {
-            source: crate::emit::Source::Rule,
-            detail: measured.basis_detail(),
-        },
-    );
-    doc.warnings.extend(measured.warning);
+    let doc = crate::app::resolve(common, &s.request)?;
     if s.explain {
         let _ = std::io::stderr().write_all(explain(&doc).as_bytes());
     }

@@ -1,16 +1,19 @@
 //! The deployment document: a versioned, deterministic contract (same inputs, byte-identical output) that
-//! orchestration tools consume, with its JSON Schema generated from these types (`schemas/deployment.schema.json`)
-//! and the launch sections for llama-server, Ollama and Kubernetes. Pure: renders values, touches nothing.
+//! orchestration tools consume, with its JSON Schema generated from these types (`schemas/deployment.schema.json`).
+//! Version 2 is runtime-neutral: `runtime` names the engine and its pinned version, `settings` and every
+//! alternative's settings are tagged by runtime, memory per device is a breakdown by component, `topology` says
+//! how devices and nodes cooperate, and `launch` is a list of artifacts (argv, env, files) the runtime wrote.
+//! Pure: types and rendering helpers, touches nothing.
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::perf::Basis;
+use crate::evidence::Basis;
 
 /// The document's version; a breaking change to the keys bumps it.
-pub const API_VERSION: &str = "optimizer/v1";
+pub const API_VERSION: &str = "optimizer/v2";
 
 /// Whether a configuration fits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -62,8 +65,11 @@ pub struct GpuRef {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HardwareRef {
-    /// `probe`, `inventory` or `profile`.
+    /// `probe`, `inventory`, `cluster` or `profile`.
     pub source: String,
+    /// Nodes the description holds (a cluster's identical nodes; 1 for one machine). `cpu`, memory and `gpus`
+    /// describe one node.
+    pub nodes: u32,
     pub cpu: CpuRef,
     pub memory_total_bytes: u64,
     pub memory_available_bytes: u64,
@@ -99,8 +105,10 @@ pub enum Strategy {
     Cpu,
 }
 
+/// One device of the pipeline, in the order a token passes through them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct PlacementDevice {
+pub struct Stage {
+    /// The device identity (`cpu`, `cuda:0`).
     pub device: String,
     /// First and last block on the device; absent when it holds none.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -108,20 +116,29 @@ pub struct PlacementDevice {
     pub output_layer: bool,
 }
 
+/// How the devices and nodes of the plan cooperate: every replica (`data_parallel`, one per node for engines
+/// that run a process per node) runs the same stages; a stage may be a tensor-parallel group of
+/// `tensor_parallel` devices; `pipeline_parallel` counts the devices holding layers in sequence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Placement {
-    pub strategy: Strategy,
-    /// llama.cpp's `-ngl`: layers on GPUs, the output layer counted.
-    pub gpu_layers: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tensor_split: Option<Vec<u64>>,
-    pub devices: Vec<PlacementDevice>,
+pub struct Topology {
+    pub nodes: u32,
+    pub data_parallel: u32,
+    pub tensor_parallel: u32,
+    pub pipeline_parallel: u32,
+    pub stages: Vec<Stage>,
 }
 
+/// llama.cpp's settings (llama-server flags and what they mean).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Settings {
-    /// llama.cpp's `-c`: KV cells over all sequences, `context_per_sequence × parallel`. The launch pins `-np`,
-    /// so the server splits them evenly among its slots (its unified KV cache is on only when `-np` is auto).
+pub struct LlamaCppSettings {
+    pub strategy: Strategy,
+    /// `-ngl`: layers on GPUs, the output layer counted.
+    pub gpu_layers: u32,
+    /// `-ts`: free MiB of each planned GPU, in `-dev` order (layers are split in proportion).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor_split: Option<Vec<u64>>,
+    /// `-c`: KV cells over all sequences, `context_per_sequence × parallel`. The launch pins `-np`, so the server
+    /// splits them evenly among its slots (its unified KV cache is on only when `-np` is auto).
     pub context_length: u32,
     /// Tokens one sequence (one server slot, one conversation) can hold: the workload's context.
     pub context_per_sequence: u32,
@@ -138,15 +155,55 @@ pub struct Settings {
     pub precision: String,
 }
 
+/// The runtime's settings, tagged by runtime.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "runtime")]
+pub enum Settings {
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp(LlamaCppSettings),
+}
+
+impl Settings {
+    /// llama.cpp's settings, when the plan is llama.cpp's.
+    pub fn llama_cpp(&self) -> Option<&LlamaCppSettings> {
+        match self {
+            Settings::LlamaCpp(s) => Some(s),
+        }
+    }
+}
+
+fn is_zero(b: &u64) -> bool {
+    *b == 0
+}
+
+/// Bytes on one device by component. Serving runtimes fill the first six; training-only components are left out
+/// of the document when zero.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryComponents {
+    pub weights_bytes: u64,
+    /// CPU weights repacked for the host's SIMD kernels (llama.cpp's `CPU_REPACK` buffer).
+    pub weights_repack_bytes: u64,
+    pub kv_cache_bytes: u64,
+    /// Activations and the runtime's compute buffers.
+    pub compute_bytes: u64,
+    pub output_bytes: u64,
+    /// Context and driver overhead.
+    pub overhead_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gradients_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub optimizer_state_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub adapters_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cuda_graphs_bytes: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemoryDevice {
     pub device: String,
-    pub weights_bytes: u64,
-    pub weights_repack_bytes: u64,
-    pub kv_cache_bytes: u64,
-    pub compute_bytes: u64,
-    pub output_bytes: u64,
-    pub overhead_bytes: u64,
+    pub components: MemoryComponents,
+    /// The components added up.
     pub total_bytes: u64,
     /// Free memory the plan may use (GPU free memory; host available memory).
     pub capacity_bytes: u64,
@@ -166,6 +223,9 @@ pub struct Performance {
     pub time_to_first_token_ms: f64,
     pub time_per_output_token_ms: f64,
     pub basis: Basis,
+    /// Store rows the figures rest on (empty when analytic).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<i64>,
     /// The objective's score of this plan (lower is better; comparable only within one document).
     pub score: f64,
     /// Each of the workload's SLA targets against the prediction.
@@ -192,26 +252,6 @@ pub struct SlaCheck {
     pub status: SlaStatus,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Argv {
-    pub argv: Vec<String>,
-    /// Environment the command needs (GPU pinning); empty when none.
-    pub env: BTreeMap<String, String>,
-}
-
-/// Ollama Modelfile `PARAMETER`s.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Ollama {
-    /// Context per sequence (Ollama multiplies it by its parallel setting).
-    pub num_ctx: u32,
-    pub num_gpu: u32,
-    pub num_thread: u32,
-    pub num_batch: u32,
-    /// Server environment: `OLLAMA_NUM_PARALLEL` (Ollama's parallel requests are a server setting, not a
-    /// Modelfile parameter).
-    pub env: BTreeMap<String, String>,
-}
-
 /// Kubernetes quantities (`memory: 6442450944`, `cpu: "8"`, `nvidia.com/gpu: "1"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Resources {
@@ -219,16 +259,24 @@ pub struct Resources {
     pub limits: BTreeMap<String, String>,
 }
 
+/// One launch artifact: a command with its environment and the files it reads, written relative to the working
+/// directory the command runs in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Kubernetes {
-    pub resources: Resources,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Launch {
-    pub llama_server: Argv,
-    pub ollama: Ollama,
-    pub kubernetes: Kubernetes,
+pub struct Artifact {
+    /// `llama-server`, `ollama`, `kubernetes`.
+    pub name: String,
+    /// What it is for, in a sentence.
+    pub description: String,
+    /// The command, first element the program; empty for an artifact that is only files or resources.
+    pub argv: Vec<String>,
+    /// Environment the command needs (GPU pinning, server settings); empty when none.
+    pub env: BTreeMap<String, String>,
+    /// Files by relative path and content (a Modelfile).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// Container resources the process needs (requests equal limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
 }
 
 /// Where a decided value came from.
@@ -236,6 +284,8 @@ pub struct Launch {
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     Measured,
+    /// Fitted from calibration runs of this device class.
+    Calibrated,
     Profile,
     Rule,
     Heuristic,
@@ -254,14 +304,9 @@ pub struct Provenance {
 /// A candidate that lost, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Alternative {
-    pub strategy: Strategy,
-    pub gpu_layers: u32,
-    pub context_length: u32,
-    pub context_per_sequence: u32,
-    pub parallel: u32,
-    pub ubatch_size: u32,
-    pub cache_type_k: String,
-    pub cache_type_v: String,
+    pub settings: Settings,
+    /// The devices it would use.
+    pub devices: Vec<String>,
     pub fits: bool,
     pub time_to_first_token_ms: f64,
     pub time_per_output_token_ms: f64,
@@ -270,6 +315,15 @@ pub struct Alternative {
     /// The objective's score (lower is better), comparable with `performance.score`.
     pub score: f64,
     pub why: String,
+}
+
+/// The engine the plan is for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RuntimeRef {
+    pub id: crate::profile::RuntimeId,
+    /// The engine build the memory model and the launch artifacts are proven against.
+    pub engine: String,
+    pub version: String,
 }
 
 /// The resolved, explained configuration.
@@ -282,12 +336,12 @@ pub struct Deployment {
     pub model: ModelRef,
     pub hardware: HardwareRef,
     pub workload: WorkloadRef,
-    pub runtime: String,
-    pub placement: Placement,
+    pub runtime: RuntimeRef,
+    pub topology: Topology,
     pub settings: Settings,
     pub memory: MemoryPlan,
     pub performance: Performance,
-    pub launch: Launch,
+    pub launch: Vec<Artifact>,
     pub provenance: BTreeMap<String, Provenance>,
     pub alternatives: Vec<Alternative>,
     /// What would make a configuration fit (only when `status` is `no-fit`).
@@ -301,95 +355,9 @@ pub fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// How a GPU device of the document maps to llama.cpp: the document's identity prefix, llama.cpp's device
-/// name prefix (ggml `GGML_CUDA_NAME` "CUDA"/"ROCm", `GGML_METAL_NAME` "MTL") and the environment variable that
-/// restricts the process to the planned devices.
-const BACKENDS: &[(&str, &str, Option<&str>)] = &[
-    ("cuda", "CUDA", Some("CUDA_VISIBLE_DEVICES")),
-    ("rocm", "ROCm", Some("HIP_VISIBLE_DEVICES")),
-    ("metal", "MTL", None),
-];
-
-/// The llama-server command line for a plan, with the environment that pins the planned GPUs.
-///
-/// Devices are pinned twice over: the environment hides every GPU the plan does not use (NVML numbers GPUs in PCI
-/// bus order, so `CUDA_DEVICE_ORDER=PCI_BUS_ID` makes CUDA agree with the inventory index), and `-dev` names the
-/// visible ones in the plan's layer order, so `-ts` lines up with them. A CPU-only plan says `-dev none`, or a
-/// GPU build of llama-server would still put its compute buffers and large prompt batches on a GPU.
-/// `-c` is the total over slots and `-np` is explicit: the pinned server unifies the KV cache only when `-np` is
-/// auto (common/arg.cpp `--kv-unified`), so every slot gets `context_per_sequence` cells.
-pub fn llama_server_argv(model_path: &str, s: &Settings, p: &Placement) -> Argv {
-    let mut a: Vec<String> = vec![
-        "llama-server".into(),
-        "-m".into(),
-        model_path.into(),
-        "-c".into(),
-        s.context_length.to_string(),
-        "-b".into(),
-        s.batch_size.to_string(),
-        "-ub".into(),
-        s.ubatch_size.to_string(),
-        "-np".into(),
-        s.parallel.to_string(),
-        "-ngl".into(),
-        p.gpu_layers.to_string(),
-        "-fa".into(),
-        if s.flash_attention { "on" } else { "off" }.into(),
-        "-ctk".into(),
-        s.cache_type_k.clone(),
-        "-ctv".into(),
-        s.cache_type_v.clone(),
-        "-t".into(),
-        s.threads.to_string(),
-    ];
-    let mut env = BTreeMap::new();
-    let gpus: Vec<(&str, &str)> = p
-        .devices
-        .iter()
-        .filter_map(|d| d.device.split_once(':'))
-        .filter(|(kind, _)| *kind != "cpu")
-        .collect();
-    let backend = gpus
-        .first()
-        .and_then(|(kind, _)| BACKENDS.iter().find(|b| b.0 == *kind));
-    match backend {
-        None => {
-            a.push("-dev".into());
-            a.push("none".into());
-        }
-        Some(&(_, llama_name, visible)) => {
-            if let Some(var) = visible {
-                if var == "CUDA_VISIBLE_DEVICES" {
-                    env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
-                }
-                let ids: Vec<&str> = gpus.iter().map(|g| g.1).collect();
-                env.insert(var.to_string(), ids.join(","));
-            }
-            a.push("-dev".into());
-            a.push(
-                (0..gpus.len())
-                    .map(|i| format!("{llama_name}{i}"))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            );
-            if gpus.len() > 1 {
-                a.push("-sm".into());
-                a.push("layer".into());
-            }
-        }
+impl Deployment {
+    /// The launch artifact named `name`.
+    pub fn artifact(&self, name: &str) -> Option<&Artifact> {
+        self.launch.iter().find(|a| a.name == name)
     }
-    if let Some(ts) = &p.tensor_split {
-        a.push("-ts".into());
-        a.push(ts.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
-    }
-    if s.n_cpu_moe > 0 {
-        a.push("--n-cpu-moe".into());
-        a.push(s.n_cpu_moe.to_string());
-    }
-    if !s.mmap {
-        // The pinned engine has no `--no-mmap`; `-lm none` reads the weights into buffers instead.
-        a.push("-lm".into());
-        a.push("none".into());
-    }
-    Argv { argv: a, env }
 }

@@ -1,6 +1,6 @@
 //! Errors of the model readers: every variant names the file, where it could, the byte offset, and the defect.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A model file could not be read or is not a valid model. The CLI maps every variant to exit code 4 (invalid
 /// input file) except [`ModelError::Io`] on a file that exists but cannot be read, which is exit code 1.
@@ -24,6 +24,31 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// For `map_err`: an I/O failure on `path` (opening, stat, reading).
+    pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
+        move |source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A defect at a byte offset of `path`, from the `(offset, defect)` pair the header parsers return.
+    pub(crate) fn at(path: &Path, (offset, defect): (u64, Defect)) -> ModelError {
+        ModelError::Invalid {
+            path: path.to_path_buf(),
+            offset,
+            defect,
+        }
+    }
+
+    /// A defect of `path` as a whole, or of the model it belongs to, with no single byte to point at.
+    pub(crate) fn model(path: &Path, defect: Defect) -> ModelError {
+        ModelError::InvalidModel {
+            path: path.to_path_buf(),
+            defect,
+        }
+    }
+
     /// The defect, when the error is about the file's content rather than reading it.
     pub fn defect(&self) -> Option<&Defect> {
         match self {

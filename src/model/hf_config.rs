@@ -20,7 +20,10 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::{Defect, Hparams, ModelError, PerLayer, Quantization, Rope, Ssm};
+use super::{
+    Defect, GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, Hparams, ModelError, PerLayer, Quantization,
+    Rope, Ssm, swa_layers_with_period,
+};
 
 /// Size of `config.json`. Published configs are 1–10 KiB; the largest (vision-language models with label maps
 /// and nested sub-configs) stay under 200 KiB. 4 MiB bounds the parsed JSON tree to a few tens of MiB.
@@ -29,8 +32,6 @@ pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 pub const MAX_BLOCK_COUNT: u64 = super::MAX_BLOCKS;
 /// `Qwen2Config.max_window_layers` default (transformers `configuration_qwen2.py`).
 const QWEN2_DEFAULT_MAX_WINDOW_LAYERS: u64 = 28;
-/// `Gemma3TextConfig.sliding_window_pattern` default: five local layers, then one global.
-const GEMMA3_DEFAULT_SWA_PERIOD: u64 = 6;
 /// `Cohere2Config.sliding_window_pattern` default: three local layers, then one global.
 const COHERE2_DEFAULT_SWA_PERIOD: u64 = 4;
 /// Mamba's `time_step_rank: "auto"` means `ceil(hidden_size / 16)` (`MambaConfig`).
@@ -58,15 +59,11 @@ type R<T> = Result<T, String>;
 
 /// Parses `config.json` bytes. `path` is used for messages only.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<HfConfig, ModelError> {
-    let root: Value = serde_json::from_slice(bytes).map_err(|e| ModelError::Invalid {
-        path: path.to_path_buf(),
-        offset: json_error_offset(bytes, &e),
-        defect: Defect::Config(format!("invalid JSON: {}", json_error_message(&e))),
+    let root: Value = serde_json::from_slice(bytes).map_err(|e| {
+        let defect = Defect::Config(format!("invalid JSON: {}", json_error_message(&e)));
+        ModelError::at(path, (json_error_offset(bytes, &e), defect))
     })?;
-    parse_value(&root).map_err(|msg| ModelError::InvalidModel {
-        path: path.to_path_buf(),
-        defect: Defect::Config(msg),
-    })
+    parse_value(&root).map_err(|msg| ModelError::model(path, Defect::Config(msg)))
 }
 
 fn parse_value(root: &Value) -> R<HfConfig> {
@@ -235,7 +232,7 @@ fn sliding_window(
         if period == 0 {
             return Err("key \"sliding_window_pattern\" must be at least 1, found 0".into());
         }
-        (0..n).map(|il| il % period < period - 1).collect()
+        swa_layers_with_period(n, period)
     } else if use_swa == Some(true) {
         let first = c
             .u64(&["max_window_layers"])?
@@ -243,13 +240,9 @@ fn sliding_window(
         (0..n).map(|il| il >= first).collect()
     } else {
         match model_type {
-            "gemma2" => (0..n).map(|il| il % 2 == 0).collect(),
-            "gemma3" | "gemma3_text" => (0..n)
-                .map(|il| il % GEMMA3_DEFAULT_SWA_PERIOD < GEMMA3_DEFAULT_SWA_PERIOD - 1)
-                .collect(),
-            "cohere2" => (0..n)
-                .map(|il| il % COHERE2_DEFAULT_SWA_PERIOD < COHERE2_DEFAULT_SWA_PERIOD - 1)
-                .collect(),
+            "gemma2" => swa_layers_with_period(n, GEMMA2_SWA_PERIOD),
+            "gemma3" | "gemma3_text" => swa_layers_with_period(n, GEMMA3_SWA_PERIOD),
+            "cohere2" => swa_layers_with_period(n, COHERE2_DEFAULT_SWA_PERIOD),
             _ => vec![true; n as usize],
         }
     };

@@ -15,6 +15,7 @@ pub mod gguf;
 pub mod gguf_builder;
 pub mod hf_config;
 pub mod safetensors;
+mod source;
 mod spec;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use serde::Serialize;
 
 pub use error::{Defect, ModelError};
 pub use ggml_type::{GgmlType, TypeReading};
+pub(crate) use spec::{GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, swa_layers_with_period};
 pub use spec::{
     MAX_CONTEXT_LENGTH, MAX_EXPERTS, MAX_HPARAM_U32, MAX_VOCAB_SIZE, assemble, check_hparams,
     classify_tensor, fingerprint,
@@ -478,10 +480,7 @@ impl ModelSpec {
 /// Opens a model: a `.gguf` file (any shard of a split model), a `.safetensors` file, a
 /// `model.safetensors.index.json`, or a directory holding safetensors weights and `config.json`.
 pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
-    let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let meta = std::fs::metadata(path).map_err(ModelError::io(path))?;
     if meta.is_dir() {
         return safetensors::load(path);
     }
@@ -489,22 +488,14 @@ pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
     let n = {
         use std::io::Read;
         // Regular files only: a FIFO would block this read, a device would feed it without end.
-        let mut f = crate::input::open_regular(path).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let (mut f, _) = source::open(path)?;
         let mut n = 0;
         while n < magic.len() {
             match f.read(&mut magic[n..]) {
                 Ok(0) => break,
                 Ok(k) => n += k,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(ModelError::Io {
-                        path: path.to_path_buf(),
-                        source,
-                    });
-                }
+                Err(e) => return Err(ModelError::io(path)(e)),
             }
         }
         n
@@ -519,11 +510,11 @@ pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
     if name.ends_with(".safetensors") || name.ends_with(".json") {
         return safetensors::load(path);
     }
-    Err(ModelError::InvalidModel {
-        path: path.to_path_buf(),
-        defect: Defect::UnknownFormat(
+    Err(ModelError::model(
+        path,
+        Defect::UnknownFormat(
             "expected a .gguf file (magic \"GGUF\"), a .safetensors file, a model.safetensors.index.json, or a directory of safetensors weights"
                 .into(),
         ),
-    })
+    ))
 }

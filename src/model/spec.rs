@@ -235,6 +235,21 @@ pub fn assemble(
     }
 }
 
+/// Gemma 2's sliding-window layout in both formats: every other layer, starting with a local (SWA) one
+/// (llama.cpp `LLM_ARCH_GEMMA2`; transformers `Gemma2Config` alternates the same way).
+pub(crate) const GEMMA2_SWA_PERIOD: u64 = 2;
+/// Gemma 3's default sliding-window period: five local layers, then one global (llama.cpp
+/// `set_swa_pattern(6)` for `LLM_ARCH_GEMMA3`; `Gemma3TextConfig.sliding_window_pattern` default).
+pub(crate) const GEMMA3_SWA_PERIOD: u64 = 6;
+
+/// Which of `n` layers use sliding-window attention when every `period`-th layer is global: layer `il` is
+/// local unless `il % period == period - 1` (llama.cpp's `set_swa_pattern`, transformers'
+/// `sliding_window_pattern`). `period` must be at least 1; each reader decides what 0 means.
+pub(crate) fn swa_layers_with_period(n: u64, period: u64) -> Vec<bool> {
+    debug_assert!(period > 0);
+    (0..n).map(|il| il % period < period - 1).collect()
+}
+
 /// The most a hyper-parameter held in one of llama.cpp's `uint32_t` fields can be: the engine reads
 /// `context_length`, `embedding_length`, the head counts and sizes, `feed_forward_length`, the expert sizes,
 /// `attention.sliding_window`, the MLA ranks and the SSM dimensions into `uint32_t` members of `llama_hparams`

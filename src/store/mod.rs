@@ -31,15 +31,18 @@
 //! is used read-only, as long as SQLite can keep its WAL index (`-shm`) beside it (a writable directory or an
 //! existing index); an unstamped one cannot be stamped there, so resolve plans without it.
 //!
-//! The planner consumes [`Measurements`]; until calibration records rows, lookups return none and every
-//! prediction stays `analytic`.
+//! Lookups return [`Evidence`], the core type the planner consumes (measured efficiencies, throughput points and
+//! peak memory, each with its row id); rows the planner cannot read (an unknown runtime or metric, a value out of
+//! range) are counted but not used.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
-use crate::plan::Measurements;
+use crate::evidence::Basis;
+use crate::evidence::{Evidence, MeasuredEfficiency, PeakMemory, ThroughputPoint};
+use crate::profile::{Phase, RuntimeId};
 
 /// The migrations, in order; the schema version after applying the first `n` is `n`.
 pub const MIGRATIONS: &[(&str, &str)] = &[(
@@ -472,27 +475,135 @@ impl Store {
             .map_err(classify(&self.path))
     }
 
-    /// Measurements recorded for a device profile and a model fingerprint.
-    pub fn measurements(
+    /// What the store holds for these device profiles and this model fingerprint (rows without a model apply to
+    /// every model). Read in one transaction, so a concurrent writer cannot tear the answer.
+    pub fn evidence(
         &self,
         device_profiles: &[String],
         fingerprint: &str,
-    ) -> Result<(Measurements, u64), StoreError> {
+    ) -> Result<Evidence, StoreError> {
         let e = classify(&self.path);
+        // Rolled back on drop: it only reads.
+        let _snapshot = self.conn.unchecked_transaction().map_err(&e)?;
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT count(*) FROM measurement m JOIN device d ON d.id = m.device_id \
+                "SELECT m.id, d.profile, r.runtime, r.tool, m.metric, m.value, m.context, m.model_id IS NULL \
+                 FROM measurement m JOIN device d ON d.id = m.device_id JOIN run r ON r.id = m.run_id \
                  LEFT JOIN model o ON o.id = m.model_id \
-                 WHERE d.profile = ?1 AND (o.fingerprint IS NULL OR o.fingerprint = ?2)",
+                 WHERE d.profile = ?1 AND (m.model_id IS NULL OR o.fingerprint = ?2) ORDER BY m.id",
             )
             .map_err(&e)?;
-        let mut rows = 0u64;
+        let mut ev = Evidence {
+            rows: Some(0),
+            ..Evidence::default()
+        };
+        let mut seen = std::collections::BTreeSet::new();
         for p in device_profiles {
-            let n: i64 = stmt.query_row((p, fingerprint), |r| r.get(0)).map_err(&e)?;
-            rows = rows.saturating_add(u64::try_from(n).unwrap_or(0));
+            if !seen.insert(p.as_str()) {
+                continue;
+            }
+            let rows = stmt
+                .query_map((p, fingerprint), |r| {
+                    Ok(Row {
+                        id: r.get(0)?,
+                        profile: r.get(1)?,
+                        runtime: r.get(2)?,
+                        tool: r.get(3)?,
+                        metric: r.get(4)?,
+                        value: r.get(5)?,
+                        context: r.get(6)?,
+                        any_model: r.get(7)?,
+                    })
+                })
+                .map_err(&e)?;
+            for row in rows {
+                let row = row.map_err(&e)?;
+                ev.rows = ev.rows.map(|n| n.saturating_add(1));
+                row.into_evidence(&mut ev);
+            }
         }
-        Ok((Measurements::default(), rows))
+        Ok(ev)
+    }
+}
+
+/// One measurement row as read.
+struct Row {
+    id: i64,
+    profile: String,
+    runtime: String,
+    tool: String,
+    metric: String,
+    value: f64,
+    context: String,
+    any_model: bool,
+}
+
+/// Largest efficiency a row may claim: achieved over peak above 1 means the peak in the profile is wrong, and
+/// 1.5 leaves room for boost clocks above the datasheet's base figures.
+const MAX_EFFICIENCY: f64 = 1.5;
+
+impl Row {
+    /// Files the row where it belongs; a row the planner cannot use is left out (still counted in `rows`).
+    fn into_evidence(self, ev: &mut Evidence) {
+        let Ok(runtime) =
+            serde_json::from_value::<RuntimeId>(serde_json::Value::String(self.runtime.clone()))
+        else {
+            return;
+        };
+        if !self.value.is_finite() || self.value <= 0.0 {
+            return;
+        }
+        let phase = |m: &str| match m {
+            "decode" => Some(Phase::Decode),
+            "prefill" => Some(Phase::Prefill),
+            _ => None,
+        };
+        if let Some(ph) = self.metric.strip_suffix("_efficiency").and_then(phase) {
+            if self.value <= MAX_EFFICIENCY {
+                ev.efficiencies.push(MeasuredEfficiency {
+                    row: self.id,
+                    device_profile: self.profile,
+                    runtime,
+                    phase: ph,
+                    value: self.value,
+                    // A row for every model is a device-class figure (calibration); one for this model was
+                    // measured with it.
+                    basis: if self.any_model {
+                        Basis::Calibrated
+                    } else {
+                        Basis::Measured
+                    },
+                    what: self.tool,
+                });
+            }
+        } else if let Some(ph) = self.metric.strip_suffix("_tokens_per_s").and_then(phase) {
+            if !self.any_model {
+                let concurrency = serde_json::from_str::<serde_json::Value>(&self.context)
+                    .ok()
+                    .and_then(|v| v.get("concurrency").and_then(serde_json::Value::as_u64));
+                ev.throughput.push(ThroughputPoint {
+                    row: self.id,
+                    device_profile: self.profile,
+                    runtime,
+                    phase: ph,
+                    tokens_per_s: self.value,
+                    concurrency,
+                    what: self.tool,
+                });
+            }
+        } else if self.metric == "peak_memory_bytes"
+            && !self.any_model
+            && self.value < 2f64.powi(63)
+        {
+            ev.peak_memory.push(PeakMemory {
+                row: self.id,
+                device_profile: self.profile,
+                runtime,
+                bytes: self.value as u64,
+                context: self.context,
+            });
+        }
     }
 }
 

@@ -1,12 +1,133 @@
-//! Helpers shared by the integration tests that rebuild measured models: the engine tables
-//! (tests/fixtures/llama-cpp/models.json, tests/fixtures/llama-bench/models.json) describe each model by its GGUF
-//! metadata and tensor table, and the tests write it back as a sparse GGUF.
+//! The harness every integration test shares: where the fixtures are, the binary with a database of its own, the
+//! fixture inventories and built-in profiles, synthetic and measured models, and the one call into the planner.
+//!
+//! Tests reach the planner only through [`plan`] and [`plan_workload`], so when its entry point changes (the
+//! `Inputs` fields, a runtime choice) this file changes and the tests do not.
+//!
+//! Each test binary compiles this module and uses a different part of it, hence `allow(dead_code)`.
+#![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use optimizer::model::gguf_builder::{GgufBuilder, value_type as vt, write_sparse};
+use optimizer::emit::{Artifact, Deployment, LlamaCppSettings};
+use optimizer::evidence::Evidence;
+use optimizer::hardware::{self, Inventory};
+use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, Params};
+use optimizer::model::gguf_builder::{
+    GgufBuilder, LlamaShape, synthetic_llama, value_type as vt, write_sparse,
+};
 use optimizer::model::{self, GgmlType, ModelSpec, TypeReading};
+use optimizer::plan::{self, Inputs, Overrides, PlanError};
+use optimizer::profile::{self, ProfileSet, WorkloadProfile};
 use serde_json::Value;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `tests/fixtures/<rel>`.
+pub fn fixture(rel: impl AsRef<Path>) -> PathBuf {
+    root().join("tests/fixtures").join(rel)
+}
+
+/// The `optimizer` binary with its measurement database in the temp directory, one per test process, away from
+/// the user's. Tests about the database's own location remove `OPTIMIZER_DB` again.
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
+    c.env(
+        "OPTIMIZER_DB",
+        std::env::temp_dir().join(format!("optimizer-test-{}.db", std::process::id())),
+    );
+    c
+}
+
+/// [`bin`] planning for the fixture inventory `tests/fixtures/inventories/<name>` instead of probing this machine.
+pub fn bin_on(inventory: &str) -> Command {
+    let mut c = bin();
+    c.arg("--inventory")
+        .arg(fixture("inventories").join(inventory));
+    c
+}
+
+/// A fixture inventory, `tests/fixtures/inventories/<name>`.
+pub fn inventory(name: &str) -> Inventory {
+    hardware::load_inventory(&fixture("inventories").join(name))
+        .unwrap_or_else(|e| panic!("inventory {name}: {e}"))
+}
+
+/// The built-in profiles and rules.
+pub fn profiles() -> ProfileSet {
+    profile::load(&[]).unwrap()
+}
+
+/// A sparse Llama-3-shaped model (Q4_K_M tensor types) written to `dir/name` and read back.
+pub fn synth(dir: &Path, name: &str, shape: LlamaShape) -> (PathBuf, ModelSpec) {
+    let path = dir.join(name);
+    write_sparse(&synthetic_llama(shape), &path).unwrap();
+    let spec = model::load(&path).unwrap();
+    (path, spec)
+}
+
+/// Plans `model` (launched from `path`) on `inv` for the built-in workload preset `workload`: the one entry point
+/// into the planner for every test.
+pub fn plan(
+    model: &ModelSpec,
+    path: &str,
+    inv: &Inventory,
+    set: &ProfileSet,
+    workload: &str,
+    overrides: &Overrides,
+) -> Result<Deployment, PlanError> {
+    let w = &set
+        .workload(workload)
+        .unwrap_or_else(|| panic!("no workload preset {workload}"))
+        .value;
+    plan_workload(model, path, inv, set, w, overrides)
+}
+
+/// [`plan`] for a workload the test built or edited itself.
+pub fn plan_workload(
+    model: &ModelSpec,
+    path: &str,
+    inv: &Inventory,
+    set: &ProfileSet,
+    workload: &WorkloadProfile,
+    overrides: &Overrides,
+) -> Result<Deployment, PlanError> {
+    plan_with_evidence(
+        model,
+        path,
+        inv,
+        set,
+        workload,
+        overrides,
+        &Evidence::default(),
+    )
+}
+
+/// [`plan_workload`] with what a measurement store returned.
+pub fn plan_with_evidence(
+    model: &ModelSpec,
+    path: &str,
+    inv: &Inventory,
+    set: &ProfileSet,
+    workload: &WorkloadProfile,
+    overrides: &Overrides,
+    evidence: &Evidence,
+) -> Result<Deployment, PlanError> {
+    plan::resolve(&Inputs {
+        model,
+        model_path: path,
+        inventory: inv,
+        hardware_source: "inventory",
+        profiles: set,
+        workload,
+        evidence,
+        overrides,
+    })
+}
 
 /// The ggml type id of a type name, as the upstream tables spell it.
 pub fn type_id(name: &str) -> u32 {
@@ -94,4 +215,64 @@ pub fn build(m: &Value, path: &Path) -> ModelSpec {
     }
     write_sparse(&b, path).unwrap();
     model::load(path).unwrap()
+}
+
+/// A flag's value in a measured row's engine configuration (`row.config`, as the command line spelled it).
+pub fn cfg<'a>(row: &'a Value, flag: &str) -> Option<&'a str> {
+    row["config"].get(flag).and_then(Value::as_str)
+}
+
+/// A numeric flag of a measured row, or the engine's default.
+pub fn cfg_u32(row: &Value, flag: &str, default: u32) -> u32 {
+    cfg(row, flag).map_or(default, |s| s.parse().unwrap())
+}
+
+/// A KV cache type as llama.cpp's `-ctk`/`-ctv` spell it (f16 when absent, the engine's default).
+pub fn cache_type(s: Option<&str>) -> GgmlType {
+    let name = s.unwrap_or("f16");
+    CACHE_TYPES
+        .iter()
+        .copied()
+        .find(|t| t.name().eq_ignore_ascii_case(name))
+        .unwrap_or_else(|| panic!("cache type {name}"))
+}
+
+/// The memory model's parameters for the command line a measured row ran with (tests/fixtures/llama-cpp: every
+/// flag the tables use that changes what the engine allocates; absent flags take llama.cpp's defaults).
+pub fn engine_params(row: &Value) -> Params {
+    let flag = |f: &str| row["config"].get(f).is_some();
+    Params {
+        n_ctx: cfg_u32(row, "-c", 0),
+        n_batch: cfg_u32(row, "-b", 2048),
+        n_ubatch: cfg_u32(row, "-ub", 512),
+        n_parallel: cfg_u32(row, "-np", 1),
+        kv_unified: flag("--kv-unified") || flag("-kvu"),
+        type_k: cache_type(cfg(row, "-ctk")),
+        type_v: cache_type(cfg(row, "-ctv")),
+        flash_attn: match cfg(row, "-fa") {
+            Some("on") => FlashAttn::On,
+            Some("off") => FlashAttn::Off,
+            _ => FlashAttn::Auto,
+        },
+        n_gpu_layers: cfg(row, "-ngl").map_or(-1, |s| s.parse().unwrap()),
+        no_kv_offload: flag("-nkvo"),
+        n_cpu_moe: cfg_u32(row, "-ncmoe", 0),
+        mmap: !flag("--no-mmap"),
+        swa_full: flag("--swa-full"),
+        repack: !flag("--no-repack") && !flag("-nr"),
+        ..Params::default()
+    }
+}
+
+/// The llama.cpp settings of a plan (every plan here is llama.cpp's).
+pub fn llama(d: &Deployment) -> &LlamaCppSettings {
+    d.settings
+        .llama_cpp()
+        .unwrap_or_else(|| panic!("not a llama.cpp plan: {:?}", d.runtime))
+}
+
+/// A launch artifact of a plan by name (`llama-server`, `ollama`, `kubernetes`).
+pub fn artifact<'a>(d: &'a Deployment, name: &str) -> &'a Artifact {
+    d.artifact(name)
+        .unwrap_or_else(|| panic!("no {name} artifact in {:?}", d.launch))
 }

@@ -1,0 +1,500 @@
+//! The pipelines: what `resolve` and `estimate` do from sources (model path, inventory or live probe, profile
+//! overlays, measurement store) to a document, with every failure classified by exit code. The CLI, the benches
+//! and the tests call these, so there is one path from flags to plan.
+//!
+//! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
+//! fits · 4 invalid input file (model, profile, inventory, database).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::emit::Deployment;
+use crate::evidence::Evidence;
+use crate::hardware::Inventory;
+use crate::memory::llama_cpp::{self, Estimate, GpuTarget, Machine, Params};
+use crate::plan::{self, Inputs, Overrides, PlanError};
+use crate::profile::{DeviceKind, Diagnostic, ProfileSet};
+
+/// Exit codes of the `optimizer` binary.
+pub mod exit {
+    pub const SUCCESS: u8 = 0;
+    pub const RUNTIME: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const NO_FIT: u8 = 3;
+    pub const INVALID_INPUT: u8 = 4;
+}
+
+/// An error with its exit code and, when a fix is known, a hint.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    pub fn new(code: u8, error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            code,
+            error: error.into(),
+            hint: None,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl From<crate::model::ModelError> for Failure {
+    fn from(e: crate::model::ModelError) -> Self {
+        use crate::model::ModelError;
+        match &e {
+            ModelError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Failure::new(exit::USAGE, e).hint("check the path to the model")
+            }
+            // A FIFO, a device or a directory where a model file belongs: the input is wrong, not the system.
+            ModelError::Io { source, .. } if crate::input::is_invalid_input(source) => {
+                Failure::new(exit::INVALID_INPUT, e)
+            }
+            ModelError::Io { .. } => Failure::new(exit::RUNTIME, e),
+            ModelError::Invalid { .. } | ModelError::InvalidModel { .. } => {
+                Failure::new(exit::INVALID_INPUT, e)
+            }
+        }
+    }
+}
+
+/// Where a setting's value came from, for messages and provenance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingOrigin {
+    Flag,
+    Env,
+}
+
+/// Settings every command shares, resolved once with one precedence (flag > environment > default).
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// Inventory file replacing the live probe.
+    pub inventory: Option<(PathBuf, SettingOrigin)>,
+    /// Profile overlay directories, in order: the user directory, then each `--profiles`.
+    pub profile_dirs: Vec<PathBuf>,
+    /// The measurement database.
+    pub db: Option<PathBuf>,
+}
+
+impl Sources {
+    /// The sources from flags, then the environment (`OPTIMIZER_INVENTORY`, `OPTIMIZER_DB`, XDG directories).
+    pub fn from_env(
+        inventory: Option<PathBuf>,
+        profiles: Vec<PathBuf>,
+        db: Option<PathBuf>,
+    ) -> Self {
+        let inventory = inventory.map(|p| (p, SettingOrigin::Flag)).or_else(|| {
+            std::env::var_os("OPTIMIZER_INVENTORY")
+                .filter(|v| !v.is_empty())
+                .map(|v| (PathBuf::from(v), SettingOrigin::Env))
+        });
+        let xdg = std::env::var("XDG_CONFIG_HOME").ok();
+        let home = std::env::var("HOME").ok();
+        let mut profile_dirs: Vec<PathBuf> =
+            crate::profile::user_dir(xdg.as_deref(), home.as_deref())
+                .into_iter()
+                .collect();
+        profile_dirs.extend(profiles);
+        let db = db
+            .or_else(|| {
+                std::env::var_os("OPTIMIZER_DB")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .or_else(|| {
+                crate::store::default_path(
+                    std::env::var("XDG_DATA_HOME").ok().as_deref(),
+                    home.as_deref(),
+                )
+            });
+        Sources {
+            inventory,
+            profile_dirs,
+            db,
+        }
+    }
+
+    /// The inventory: the fixture file when one is set, else the live probe.
+    pub fn inventory(&self) -> Result<(crate::hardware::Inventory, &'static str), Failure> {
+        use crate::hardware::{FixtureProbe, InventoryError, LiveProbe, Probe};
+        let probe: Box<dyn Probe> = match &self.inventory {
+            Some((p, _)) => Box::new(FixtureProbe(p.clone())),
+            None => Box::new(LiveProbe),
+        };
+        let source = probe.source();
+        probe
+            .inventory()
+            .map(|inv| (inv, source))
+            .map_err(|e| match &e {
+                InventoryError::Io { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    let from = match self.inventory {
+                        Some((_, SettingOrigin::Env)) => " (from OPTIMIZER_INVENTORY)",
+                        _ => "",
+                    };
+                    Failure::new(exit::USAGE, e).hint(format!("check the inventory path{from}"))
+                }
+                InventoryError::Io { .. } => Failure::new(exit::RUNTIME, e),
+                InventoryError::Invalid { .. } => Failure::new(exit::INVALID_INPUT, e)
+                    .hint("`optimizer schema inventory` prints the inventory schema"),
+            })
+    }
+
+    /// The measurement store, created on first use; for commands that need it. An invalid file exits 4, an
+    /// unusable location (read-only, full, permission denied) exits 1.
+    pub fn store(&self) -> Result<crate::store::Store, Failure> {
+        let path = self.db.clone().ok_or_else(|| {
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("no database path: set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME"),
+            )
+        })?;
+        crate::store::Store::open(&path).map_err(store_failure)
+    }
+
+    /// What the store holds for these device profiles and this model, for a command that can plan without it
+    /// (`resolve`): when the store cannot be used for reasons of the environment (no path, no writable
+    /// directory, a full disk, an I/O error), the evidence says why (printed on stderr too) instead of failing;
+    /// an invalid database file still exits 4 (see the `store` module doc for why).
+    pub fn evidence(
+        &self,
+        device_profiles: &[String],
+        fingerprint: &str,
+    ) -> Result<Evidence, Failure> {
+        let looked_up = match &self.db {
+            None => {
+                Err("no database path (set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME)".to_string())
+            }
+            Some(path) => match crate::store::Store::open(path)
+                .and_then(|s| s.evidence(device_profiles, fingerprint))
+            {
+                Ok(found) => Ok(found),
+                Err(e) if e.is_invalid_file() => return Err(store_failure(e)),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        Ok(match looked_up {
+            Ok(ev) => ev,
+            Err(why) => {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "warning: planned without the measurement store: {why}; measured figures, if any, were not used"
+                );
+                Evidence::unavailable(why)
+            }
+        })
+    }
+
+    /// The profile set in force (built-in + overlays).
+    pub fn profiles(&self) -> Result<crate::profile::ProfileSet, Failure> {
+        crate::profile::load(&self.profile_dirs).map_err(invalid_profiles)
+    }
+}
+
+/// The exit code and hint of a store error: the file's fault is 4, the environment's 1.
+fn store_failure(e: crate::store::StoreError) -> Failure {
+    let path = e.path().display().to_string();
+    if e.is_invalid_file() {
+        Failure::new(exit::INVALID_INPUT, e).hint(format!(
+            "it was not modified; move it aside (mv {path} {path}.bak) or point --db at another file"
+        ))
+    } else {
+        Failure::new(exit::RUNTIME, e).hint(format!(
+            "the measurement database needs a writable directory with free space: check {path}, or point --db or OPTIMIZER_DB at a writable location"
+        ))
+    }
+}
+
+/// The failure for invalid profile files: every diagnostic on stderr (file and defect), exit 4.
+pub fn invalid_profiles(diags: Vec<Diagnostic>) -> Failure {
+    let mut err = std::io::stderr().lock();
+    for d in &diags {
+        let _ = writeln!(err, "{d}");
+    }
+    let files: std::collections::BTreeSet<&str> = diags.iter().map(|d| d.path.as_str()).collect();
+    Failure::new(
+        exit::INVALID_INPUT,
+        anyhow::anyhow!(
+            "{} problem{} in {} profile file{}",
+            diags.len(),
+            if diags.len() == 1 { "" } else { "s" },
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        ),
+    )
+}
+
+/// The hardware a plan is for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hardware {
+    /// `N` GPUs of a hardware profile (`--hardware 2x:rtx-4090`) in place of the machine's.
+    pub gpus: Option<(u32, String)>,
+    /// A cluster description: the plan is for its node type, replicated on every node.
+    pub cluster: Option<PathBuf>,
+}
+
+/// What `resolve` plans.
+#[derive(Debug, Clone)]
+pub struct ResolveRequest {
+    pub model: PathBuf,
+    pub workload: String,
+    pub hardware: Hardware,
+    pub overrides: Overrides,
+}
+
+/// `resolve`: the model, the profiles, the hardware (probe, inventory or cluster, optionally with profiled
+/// GPUs), the store's evidence for those devices and that model, then the plan. A plan that does not fit is
+/// `Ok` with `status: no-fit`.
+pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Failure> {
+    let spec = crate::model::load(&req.model)?;
+    let set = sources.profiles()?;
+    let workload = &set
+        .workload(&req.workload)
+        .ok_or_else(|| {
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("no workload preset {:?}", req.workload),
+            )
+            .hint("`optimizer profiles list` shows the presets")
+        })?
+        .value;
+    let (mut inv, mut source, nodes) = match &req.hardware.cluster {
+        Some(path) => {
+            let (inv, nodes) = cluster_node(path)?;
+            (inv, "cluster", nodes)
+        }
+        None => {
+            let (inv, source) = sources.inventory()?;
+            (inv, source, 1)
+        }
+    };
+    if let Some((n, id)) = &req.hardware.gpus {
+        inv = with_profiled_gpus(inv, *n, id, &set)?;
+        source = "profile";
+    }
+    // The store is asked about the devices the fleet matched (one matching, shared with the planner).
+    let profiles =
+        crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp).profile_ids();
+    let evidence = sources.evidence(&profiles, &spec.fingerprint)?;
+    let path = req.model.display().to_string();
+    let inputs = Inputs {
+        model: &spec,
+        model_path: &path,
+        inventory: &inv,
+        hardware_source: source,
+        profiles: &set,
+        workload,
+        evidence: &evidence,
+        overrides: &req.overrides,
+    };
+    plan::resolve_nodes(&inputs, nodes).map_err(|e| plan_failure(e, &req.model, source))
+}
+
+/// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).
+fn cluster_node(path: &Path) -> Result<(Inventory, u32), Failure> {
+    use crate::hardware::InventoryError;
+    let cluster = crate::hardware::load_cluster(path).map_err(|e| match &e {
+        InventoryError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Failure::new(exit::USAGE, e).hint("check the cluster path")
+        }
+        InventoryError::Io { source, .. } if crate::input::is_invalid_input(source) => {
+            Failure::new(exit::INVALID_INPUT, e)
+        }
+        InventoryError::Io { .. } => Failure::new(exit::RUNTIME, e),
+        InventoryError::Invalid { .. } => Failure::new(exit::INVALID_INPUT, e)
+            .hint("`optimizer schema cluster` prints the cluster schema"),
+    })?;
+    let first = &cluster.nodes[0];
+    if let Some(other) = cluster
+        .nodes
+        .iter()
+        .find(|n| n.inventory != first.inventory)
+    {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "{}: node groups {:?} and {:?} differ; a plan covers identical nodes (one replica per node) until plans span nodes",
+                path.display(),
+                first.name,
+                other.name
+            ),
+        ));
+    }
+    let nodes = cluster
+        .node_count()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            Failure::new(
+                exit::INVALID_INPUT,
+                anyhow::anyhow!("{}: the node count overflows", path.display()),
+            )
+        })?;
+    Ok((first.inventory.clone(), nodes))
+}
+
+/// This machine (or the inventory) with its GPUs replaced by `n` GPUs of a profile.
+fn with_profiled_gpus(
+    mut inv: Inventory,
+    n: u32,
+    id: &str,
+    set: &ProfileSet,
+) -> Result<Inventory, Failure> {
+    let p = &set
+        .hardware(id)
+        .ok_or_else(|| {
+            Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))
+                .hint("`optimizer profiles list` shows every id")
+        })?
+        .value;
+    if p.kind == DeviceKind::Soc && n > 1 {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("--hardware {n}x:{id}: a machine has one {} GPU", p.name),
+        ));
+    }
+    // An Apple SoC's GPU shares the machine's memory: the host's (probed or --inventory) memory stands for it.
+    let machine_memory = inv.memory.total_bytes;
+    inv.gpus = (0..n)
+        .map(|i| crate::profile::matching::gpu_from_profile(p, i, machine_memory))
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!(
+                    "--hardware {id}: {e}; resolve plans GPUs from profiles, the host from the probe or --inventory"
+                ),
+            )
+        })?;
+    Ok(inv)
+}
+
+/// The exit code and message of a planner refusal: defects of the model or the inventory are invalid input (4)
+/// naming the file; what the user asked for is a usage error (2).
+fn plan_failure(e: PlanError, model: &Path, hardware_source: &str) -> Failure {
+    match e {
+        PlanError::Model(_) => Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: {e}", model.display()),
+        ),
+        PlanError::Profile(_) => Failure::new(exit::INVALID_INPUT, e)
+            .hint("`optimizer profiles validate` checks the rule tables in force"),
+        PlanError::Hardware(_) => Failure::new(
+            if hardware_source == "profile" {
+                exit::USAGE
+            } else {
+                exit::INVALID_INPUT
+            },
+            anyhow::anyhow!("{hardware_source}: {e}"),
+        ),
+        PlanError::UnsupportedFormat(_) => {
+            Failure::new(exit::USAGE, anyhow::anyhow!("{}: {e}", model.display())).hint(
+                "convert it to GGUF with llama.cpp's convert_hf_to_gguf.py, then resolve the .gguf",
+            )
+        }
+        PlanError::UnsupportedMode(..) | PlanError::Usage(_) => Failure::new(exit::USAGE, e),
+    }
+}
+
+/// What `estimate` computes: llama.cpp's memory for given flags.
+#[derive(Debug, Clone)]
+pub struct EstimateRequest {
+    pub model: PathBuf,
+    pub params: Params,
+    /// `N` GPUs (or a CPU) of a hardware profile in place of the machine.
+    pub hardware: Option<(u32, String)>,
+}
+
+/// `estimate`: the llama.cpp memory model for the flags, on the probed (or inventory, or profiled) machine.
+pub fn estimate(sources: &Sources, req: &EstimateRequest) -> Result<Estimate, Failure> {
+    let spec = crate::model::load(&req.model)?;
+    let set = sources.profiles()?;
+    let mut notes = Vec::new();
+    let (overhead, rule) = set.llama_cpp_gpu_overhead();
+    let rule = rule.map(str::to_string);
+    let m = estimate_machine(sources, req, &set, &mut notes, overhead)?;
+    if let Some(rule) = rule.filter(|_| !m.gpus.is_empty()) {
+        notes.push(format!("per-GPU overhead from rule {rule}"));
+    }
+    let mut est = llama_cpp::estimate(&spec, &req.params, &m).map_err(|e| {
+        if e.is_model_defect() {
+            Failure::new(
+                exit::INVALID_INPUT,
+                anyhow::anyhow!("{}: {e}", req.model.display()),
+            )
+        } else {
+            Failure::new(exit::USAGE, e)
+        }
+    })?;
+    est.notes.extend(notes);
+    Ok(est)
+}
+
+fn estimate_machine(
+    sources: &Sources,
+    req: &EstimateRequest,
+    set: &ProfileSet,
+    notes: &mut Vec<String>,
+    overhead: u64,
+) -> Result<Machine, Failure> {
+    if let Some((n, id)) = &req.hardware {
+        let p = set.hardware(id).ok_or_else(|| {
+            Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))
+                .hint("`optimizer profiles list` shows every id")
+        })?;
+        let p = &p.value;
+        return Ok(match p.kind {
+            DeviceKind::Gpu => {
+                notes.push(format!(
+                    "planning for {n}x {id}: the host CPU is unknown, so no CPU weight repacking is predicted"
+                ));
+                Machine {
+                    cpu_features: Vec::new(),
+                    gpus: (0..*n)
+                        .map(|_| GpuTarget {
+                            name: p.name.clone(),
+                            free_bytes: p.memory.size_bytes.unwrap_or(0),
+                            overhead_bytes: overhead,
+                        })
+                        .collect(),
+                }
+            }
+            DeviceKind::Cpu | DeviceKind::Soc => {
+                if p.kind == DeviceKind::Soc {
+                    notes.push(format!("{id} is a unified-memory SoC; its GPU backend is not modelled, so this is the CPU estimate"));
+                }
+                Machine {
+                    cpu_features: p
+                        .cpu
+                        .as_ref()
+                        .map(|c| c.features.clone())
+                        .unwrap_or_default(),
+                    gpus: Vec::new(),
+                }
+            }
+        });
+    }
+    let (inv, _) = sources.inventory()?;
+    Ok(Machine {
+        cpu_features: inv.cpu.features.clone(),
+        gpus: inv
+            .gpus
+            .iter()
+            .filter(|g| g.vendor == crate::hardware::GpuVendor::Nvidia)
+            .map(|g| GpuTarget {
+                name: g.name.clone(),
+                free_bytes: g.memory_free_bytes,
+                overhead_bytes: overhead,
+            })
+            .collect(),
+    })
+}

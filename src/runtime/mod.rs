@@ -1,0 +1,181 @@
+//! The runtime seam: one [`Runtime`] per engine says which models and workloads it admits, its candidate space
+//! (ladders of points plus the monotone size knob the planner bisects), its memory model per device by
+//! component, its topology for the speed model, its settings, its launch artifacts and its suggestions when
+//! nothing fits. The generic planner (`plan`) searches, fits, scores and explains over any of them.
+//!
+//! Trade-off: a runtime exposes its candidate space as *ladders*, each ordered from the most to the least put on
+//! accelerators, with accelerator memory monotone along it; the planner bisects a ladder instead of evaluating
+//! every rung, which loses the rungs below the first that fits (they are never faster) and keeps a plan's cost
+//! logarithmic in the layer count.
+
+pub mod llama_cpp;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::emit::{Artifact, MemoryDevice, Provenance, Settings, Topology};
+use crate::fleet::Fleet;
+use crate::model::ModelSpec;
+use crate::perf;
+pub use crate::profile::RuntimeId;
+use crate::profile::{Objective, ProfileSet, WorkloadProfile};
+
+/// Values the user pins; everything else is re-optimised around them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// Tokens per sequence.
+    pub context_length: Option<u32>,
+    /// llama.cpp's `-ngl`.
+    pub gpu_layers: Option<u32>,
+    /// Sequences served together.
+    pub parallel: Option<u32>,
+    pub objective: Option<Objective>,
+}
+
+/// Inputs the planner cannot work with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// A usage error (exit 2).
+    #[error(
+        "workload {0:?} is a {1} workload; llama.cpp plans cover inference only (training plans need the training memory model)"
+    )]
+    UnsupportedMode(String, &'static str),
+    /// A usage error (exit 2): no runtime here serves this format.
+    #[error(
+        "a {0} checkpoint: llama.cpp serves GGUF files, and no runtime this planner models serves {0} yet"
+    )]
+    UnsupportedFormat(String),
+    /// The model file has a defect the planner found (exit 4, naming the file).
+    #[error("{0}")]
+    Model(String),
+    /// The hardware description is outside what a plan covers (exit 4, naming the inventory).
+    #[error("{0}")]
+    Hardware(String),
+    /// The rule tables in force cannot be applied (exit 4, naming the rule).
+    #[error("{0}")]
+    Profile(String),
+    /// A pinned value or workload number the planner cannot use (exit 2).
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// What a runtime plans from.
+pub struct Request<'a> {
+    pub model: &'a ModelSpec,
+    /// The model path as the launch artifacts name it.
+    pub model_path: &'a str,
+    pub fleet: &'a Fleet,
+    pub profiles: &'a ProfileSet,
+    pub workload: &'a WorkloadProfile,
+    pub objective: Objective,
+    pub overrides: &'a Overrides,
+}
+
+/// The monotone size knob: memory grows with it, so the largest value that fits is found by bisection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    Fixed(u32),
+    /// The largest multiple of `step` in `floor..=max` that fits (`floor` itself when it is not a multiple).
+    LargestFit {
+        floor: u32,
+        max: u32,
+        step: u32,
+    },
+}
+
+/// One candidate's memory and speed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eval {
+    /// Per device, in the order of the runtime's devices (host first).
+    pub memory: Vec<MemoryDevice>,
+    pub total_bytes: u64,
+    /// Bytes over capacity − reserve on the worst device (0 when it fits).
+    pub overflow: u64,
+    /// The same over accelerators only: monotone along a ladder.
+    pub ladder_overflow: u64,
+    pub prediction: perf::Prediction,
+    /// Sequences at which decode turns compute-bound on the slowest-to-saturate device.
+    pub knee: f64,
+}
+
+impl Eval {
+    pub fn fits(&self) -> bool {
+        self.overflow == 0
+    }
+}
+
+/// A point fitted and scored.
+#[derive(Debug, Clone)]
+pub struct Candidate<P> {
+    pub point: P,
+    /// The size knob's value (tokens per sequence for serving).
+    pub size: u32,
+    pub eval: Eval,
+    pub score: f64,
+}
+
+impl<P> Candidate<P> {
+    pub fn fits(&self) -> bool {
+        self.eval.fits()
+    }
+}
+
+/// The runtime's share of the document for a chosen candidate.
+#[derive(Debug, Clone)]
+pub struct Described {
+    pub settings: Settings,
+    pub topology: Topology,
+    /// Devices the candidate uses (identities), host first.
+    pub devices: Vec<String>,
+    pub launch: Vec<Artifact>,
+    pub provenance: BTreeMap<String, Provenance>,
+    pub warnings: Vec<String>,
+}
+
+/// One engine.
+pub trait Runtime {
+    /// One point of the candidate space apart from the size knob.
+    type Point: Clone + fmt::Debug + PartialEq;
+
+    fn id(&self) -> RuntimeId;
+    /// The engine build the memory model is proven against.
+    fn engine(&self) -> (&'static str, &'static str);
+    /// The candidate space: ladders, each ordered from the most to the least on accelerators.
+    fn ladders(&self) -> Vec<Vec<Self::Point>>;
+    /// The size knob every point is fitted on.
+    fn size(&self) -> Size;
+    /// Memory and speed of a point at a size. `Err`: a defect of the model the memory model found (the plan
+    /// stops; it is no candidate that failed to fit).
+    fn evaluate(&self, p: &Self::Point, size: u32) -> Result<Eval, String>;
+    /// Another ladder worth climbing after `ladder` found `p` (the roofline knee of a throughput workload: the
+    /// same rungs at fewer sequences).
+    fn follow_up(
+        &self,
+        ladder: &[Self::Point],
+        p: &Self::Point,
+        e: &Eval,
+    ) -> Option<Vec<Self::Point>>;
+    /// The point's value on the axis the workload states a preference for (the KV cache type), lower-case.
+    fn variant(&self, p: &Self::Point) -> String;
+    /// Sequences served together at this point.
+    fn sequences(&self, p: &Self::Point) -> u32;
+    /// The variant the workload prefers.
+    fn preferred_variant(&self) -> String;
+    /// How much better (relative score) another variant must be before the preferred one is given up, and the
+    /// rule that says so; `None`: the variant is taken for memory only.
+    fn min_gain(&self, variant: &str) -> Option<(f64, String)>;
+    /// Alternatives are listed one per group (strategy and device count), so the list shows real choices.
+    fn group(&self, p: &Self::Point) -> (u8, usize);
+    /// Settings and devices, for alternatives.
+    fn summary(&self, c: &Candidate<Self::Point>) -> (Settings, Vec<String>);
+    /// The document's runtime part for the chosen candidate.
+    fn describe(&self, c: &Candidate<Self::Point>) -> Described;
+    /// The smallest changes that would make the nearest candidate fit.
+    fn suggestions(
+        &self,
+        near: &Candidate<Self::Point>,
+        all: &[Candidate<Self::Point>],
+    ) -> Vec<String>;
+    /// A one-line description of a candidate for messages (`gpu -ngl 33 on cuda:0`).
+    fn label(&self, c: &Candidate<Self::Point>) -> String;
+}

@@ -1,0 +1,56 @@
+//! Reading the measured llama.cpp tables (tests/fixtures/llama-cpp/measured-*.json): a row's flags as
+//! `Params` (the harness's `engine_params`), a table's CPU flags as a [`Machine`], the engine's 2-decimal MiB
+//! figures. Included by path (`#[path = "common/llama_cpp_rows.rs"]`) next to `mod common;`.
+
+use std::path::{Path, PathBuf};
+
+use optimizer::memory::llama_cpp::Machine;
+use serde_json::Value;
+
+/// Bytes in a MiB, the unit the engine prints.
+pub const MIB: f64 = (1u64 << 20) as f64;
+
+/// The fixture directory.
+pub fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama-cpp")
+}
+
+/// A fixture file, parsed.
+pub fn read(name: &str) -> Value {
+    let path = dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The row's flags as the memory model's parameters: the harness's one reader of engine command lines.
+pub use super::common::engine_params as params;
+
+/// The CPU features the repack rules read, from a table's `engine.cpu_flags`; no GPU.
+pub fn cpu_machine(table: &Value) -> Machine {
+    Machine {
+        cpu_features: table["engine"]["cpu_flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .filter(|f| ["avx2", "avx512f"].contains(&f.as_str()))
+            .collect(),
+        gpus: vec![],
+    }
+}
+
+/// A 2-decimal MiB buffer line of the row, if the engine printed it.
+pub fn buffer_mib(row: &Value, name: &str) -> Option<f64> {
+    row["buffers"]
+        .get(name)
+        .map(|v| v.as_str().unwrap().parse().unwrap())
+}
+
+/// The row's `{model} {config}` label.
+pub fn label(row: &Value) -> String {
+    format!(
+        "{} {}",
+        row["model"].as_str().unwrap(),
+        serde_json::to_string(&row["config"]).unwrap()
+    )
+}
