@@ -124,10 +124,12 @@ impl Sources {
 
     /// The inventory: the fixture file when one is set, else the live probe.
     pub fn inventory(&self) -> Result<(crate::hardware::Inventory, &'static str), Failure> {
-        use crate::hardware::{FixtureProbe, InventoryError, LiveProbe, Probe};
-        let probe: Box<dyn Probe> = match &self.inventory {
+        use crate::hardware::{FixtureProbe, InventoryError, PlanProbe, Probe};
+        // A GPU a built-in profile describes needs no SM count from the CUDA driver (~200 ms of cuInit).
+        let builtin = crate::profile::builtin_set().unwrap_or_default();
+        let probe: Box<dyn Probe + '_> = match &self.inventory {
             Some((p, _)) => Box::new(FixtureProbe(p.clone())),
-            None => Box::new(LiveProbe),
+            None => Box::new(PlanProbe(|g: &crate::hardware::Gpu| !builtin.describes(g))),
         };
         let source = probe.source();
         probe

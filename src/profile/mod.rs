@@ -169,6 +169,16 @@ impl ProfileSet {
             .map_or((0, None), |r| (r.fixed_bytes, Some(r.id.as_str())))
     }
 
+    /// Whether a hardware profile of this set describes `gpu` (by PCI id, name or normalized name), so its SM
+    /// count and peaks come from the profile rather than from the probe.
+    pub fn describes(&self, gpu: &crate::hardware::Gpu) -> bool {
+        let hw: Vec<&HardwareProfile> = self.hardware.iter().map(|e| &e.value).collect();
+        matches!(
+            matching::resolve(gpu, &hw, &[]),
+            matching::Resolution::Profile { .. }
+        )
+    }
+
     /// A set of these entries (its rule book is built on the first query).
     pub fn new(
         hardware: Vec<Entry<HardwareProfile>>,
