@@ -124,10 +124,17 @@ impl Sources {
 
     /// The inventory: the fixture file when one is set, else the live probe.
     pub fn inventory(&self) -> Result<(crate::hardware::Inventory, &'static str), Failure> {
-        use crate::hardware::{FixtureProbe, InventoryError, LiveProbe, Probe};
-        let probe: Box<dyn Probe> = match &self.inventory {
+        use crate::hardware::{FixtureProbe, InventoryError, PlanProbe, Probe};
+        // A GPU a built-in profile describes needs no SM count from the CUDA driver (~200 ms of cuInit); the
+        // set is loaded only when NVML reports a GPU.
+        let builtin = std::cell::OnceCell::new();
+        let probe: Box<dyn Probe + '_> = match &self.inventory {
             Some((p, _)) => Box::new(FixtureProbe(p.clone())),
-            None => Box::new(LiveProbe),
+            None => Box::new(PlanProbe(|g: &crate::hardware::Gpu| {
+                !builtin
+                    .get_or_init(|| crate::profile::builtin_set().unwrap_or_default())
+                    .describes(g)
+            })),
         };
         let source = probe.source();
         probe

@@ -980,3 +980,22 @@ fn cluster_files_must_be_regular_and_bounded() {
         Err(hardware::InventoryError::Io { .. })
     ));
 }
+
+/// Planning probes ask the CUDA driver (about 200 ms of `cuInit` on an H100 host) only for GPUs no profile
+/// describes: a profiled GPU's SMs come from its profile, an unseen one's are needed to derive its TFLOPS.
+#[test]
+fn only_gpus_without_a_profile_need_the_cuda_drivers_details() {
+    let set = builtin();
+    let cloud = inventory("cloud-8xh100.yaml");
+    assert!(cloud.gpus.iter().all(|g| set.describes(g)));
+    // The RTX 5090 has a profile now; a part no profile names (as in the derivation test above) has none.
+    let mut unseen = inventory("unseen-gpu.yaml").gpus[0].clone();
+    unseen.name = "NVIDIA GeForce RTX 5095".into();
+    unseen.pci_id = None;
+    assert!(!set.describes(&unseen));
+    // On a machine without an NVIDIA driver the scoped probe and the full one see the same devices.
+    let full = hardware::probe_live();
+    let scoped = hardware::probe_live_scoped(&|_| false);
+    assert_eq!(full.gpus.len(), scoped.gpus.len());
+    assert_eq!(full.cpu.model, scoped.cpu.model);
+}

@@ -326,8 +326,10 @@ fn reserve_arithmetic_overflow_is_an_error() {
         why: "t".into(),
         source: "t".into(),
     };
-    let set = ProfileSet {
-        rules: vec![Entry {
+    let set = ProfileSet::new(
+        vec![],
+        vec![],
+        vec![Entry {
             value: RuleTable::MemoryReserves {
                 id: "r".into(),
                 rules: vec![row("a"), row("b")],
@@ -338,8 +340,7 @@ fn reserve_arithmetic_overflow_is_an_error() {
             },
             overrides: None,
         }],
-        ..ProfileSet::default()
-    };
+    );
     assert!(matches!(
         set.reserve(ReserveTarget::Cpu, RuntimeId::LlamaCpp, 1),
         Err(RuleError::ReserveOverflow { rules, .. }) if rules == ["a", "b"]

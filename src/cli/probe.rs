@@ -9,7 +9,12 @@ use crate::profile::matching::{MatchedBy, Resolution, resolve};
 use crate::profile::{ArchitectureRule, HardwareProfile, ProfileSet};
 
 pub fn run(common: &Common, format: OutputFormat) -> Result<(), Failure> {
-    let (inv, source) = common.inventory()?;
+    // Showing the machine is this command's job: a live probe here asks every library, the CUDA driver's SM
+    // counts included, where planning commands skip what their plan does not need.
+    let (inv, source) = match &common.inventory {
+        None => (crate::hardware::probe_live(), "probe"),
+        Some(_) => common.inventory()?,
+    };
     let text = match format {
         // The machine formats are the inventory contract itself, so `probe --format yaml` reads back with
         // `--inventory`; which profile matched is a table-only view.

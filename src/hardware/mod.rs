@@ -40,6 +40,20 @@ impl Probe for LiveProbe {
     }
 }
 
+/// The machine this process runs on, probed for planning: as [`LiveProbe`], but the CUDA driver (about
+/// 200 ms of `cuInit` on an H100 host) is asked for SM counts only for GPUs the closure says need them (the
+/// caller passes "no profile describes this GPU": a known GPU's SMs come from its profile).
+pub struct PlanProbe<F: Fn(&Gpu) -> bool>(pub F);
+
+impl<F: Fn(&Gpu) -> bool> Probe for PlanProbe<F> {
+    fn inventory(&self) -> Result<Inventory, InventoryError> {
+        Ok(probe_live_scoped(&self.0))
+    }
+    fn source(&self) -> &'static str {
+        "probe"
+    }
+}
+
 /// An inventory YAML file (`--inventory FILE`, `OPTIMIZER_INVENTORY`).
 #[derive(Debug)]
 pub struct FixtureProbe(pub PathBuf);
@@ -148,10 +162,16 @@ pub fn parse_capability(cc: &str) -> Option<(u32, u32)> {
 
 /// Probes this machine: CPU, memory bounded by cgroup limits, GPUs.
 pub fn probe_live() -> Inventory {
+    probe_live_scoped(&|_| true)
+}
+
+/// Probes this machine, asking the CUDA driver for the details only it has (SM counts) when NVML cannot
+/// answer or `cuda_details_for` says one of the GPUs needs them ([`gpu::probe_scoped`]).
+pub fn probe_live_scoped(cuda_details_for: &dyn Fn(&Gpu) -> bool) -> Inventory {
     let mut notes = Vec::new();
     let (mut cpu, mut memory) = cpu::probe(&mut notes);
     apply_cgroup_limits(&mut cpu, &mut memory, &mut notes);
-    let mut gpus = gpu::probe(&mut notes);
+    let mut gpus = gpu::probe_scoped(&mut notes, cuda_details_for);
     // AMD and Intel GPUs follow the NVIDIA ones, numbered after them.
     let next = gpus
         .iter()

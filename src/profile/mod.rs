@@ -30,11 +30,13 @@
 //! built-in row silently, at the cost of copying a whole table to change one row of it.
 
 pub mod matching;
+pub mod rulebook;
 pub mod types;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use rulebook::{RuleBook, RuleRow};
 pub use types::*;
 pub use validate::Diagnostic;
 
@@ -107,12 +109,28 @@ pub struct Entry<T> {
     pub overrides: Option<Origin>,
 }
 
-/// Every profile in force.
-#[derive(Debug, Clone, Default)]
+/// Every profile in force, and the rule book indexed from its rule tables.
+///
+/// The fields are read-only once a set is loaded: the book is built from `rules` once ([`load`] and
+/// [`validate::validate_files`] build it; a set built by hand with [`ProfileSet::new`] builds it on its first
+/// query), so rows changed afterwards would not be seen by the queries.
+#[derive(Clone, Default)]
 pub struct ProfileSet {
     pub hardware: Vec<Entry<HardwareProfile>>,
     pub workloads: Vec<Entry<WorkloadProfile>>,
     pub rules: Vec<Entry<RuleTable>>,
+    book: std::sync::OnceLock<RuleBook>,
+}
+
+/// The entries; the rule book is derived from them.
+impl std::fmt::Debug for ProfileSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProfileSet")
+            .field("hardware", &self.hardware)
+            .field("workloads", &self.workloads)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A rule query that cannot be answered.
@@ -129,18 +147,6 @@ pub enum RuleError {
         capacity_bytes: u64,
         rules: Vec<String>,
     },
-}
-
-/// Picks the best of `rows` for `runtime`: rows for the runtime itself before `any` rows, then the greatest
-/// `specificity` (ties cannot arise in a validated set: validation refuses two rows that apply to one case).
-fn best<'a, T>(
-    rows: impl Iterator<Item = &'a T>,
-    runtime: RuntimeId,
-    row_runtime: impl Fn(&T) -> RuntimeId,
-    specificity: impl Fn(&T) -> u64,
-) -> Option<&'a T> {
-    rows.filter(|r| row_runtime(r).applies_to(runtime))
-        .max_by_key(|r| (row_runtime(r) == runtime, specificity(r)))
 }
 
 impl ProfileSet {
@@ -163,60 +169,44 @@ impl ProfileSet {
             .map_or((0, None), |r| (r.fixed_bytes, Some(r.id.as_str())))
     }
 
+    /// Whether a hardware profile of this set describes `gpu` (by PCI id, name or normalized name), so its SM
+    /// count and peaks come from the profile rather than from the probe.
+    pub fn describes(&self, gpu: &crate::hardware::Gpu) -> bool {
+        let hw: Vec<&HardwareProfile> = self.hardware.iter().map(|e| &e.value).collect();
+        matches!(
+            matching::resolve(gpu, &hw, &[]),
+            matching::Resolution::Profile { .. }
+        )
+    }
+
+    /// A set of these entries (its rule book is built on the first query).
+    pub fn new(
+        hardware: Vec<Entry<HardwareProfile>>,
+        workloads: Vec<Entry<WorkloadProfile>>,
+        rules: Vec<Entry<RuleTable>>,
+    ) -> Self {
+        ProfileSet {
+            hardware,
+            workloads,
+            rules,
+            book: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The rule book of this set's tables, built once.
+    pub fn rule_book(&self) -> &RuleBook {
+        self.book
+            .get_or_init(|| RuleBook::new(self.rules.iter().map(|e| &e.value)))
+    }
+
+    /// Every row of kind `T` in force (`set.rows::<EfficiencyRule>()`), in table order.
+    pub fn rows<'a, T: RuleRow + 'a>(&'a self) -> impl Iterator<Item = &'a T> {
+        rulebook::rows(self.rules.iter().map(|e| &e.value))
+    }
+
     /// The GPU architecture rows of every `gpu-architectures` table.
     pub fn architectures(&self) -> impl Iterator<Item = &ArchitectureRule> {
-        self.rules.iter().flat_map(|e| match &e.value {
-            RuleTable::GpuArchitectures { rules, .. } => rules.as_slice(),
-            _ => &[],
-        })
-    }
-
-    /// Every memory-reserve row in force, from every table.
-    pub fn reserve_rules(&self) -> impl Iterator<Item = &ReserveRule> {
-        self.rules.iter().flat_map(|e| match &e.value {
-            RuleTable::MemoryReserves { rules, .. } => rules.as_slice(),
-            _ => &[],
-        })
-    }
-
-    /// Every efficiency row in force.
-    pub fn efficiency_rules(&self) -> impl Iterator<Item = &EfficiencyRule> {
-        self.rules.iter().flat_map(|e| match &e.value {
-            RuleTable::Efficiency { rules, .. } => rules.as_slice(),
-            _ => &[],
-        })
-    }
-
-    /// Every cpu-threads row in force.
-    pub fn thread_rules(&self) -> impl Iterator<Item = &ThreadRule> {
-        self.rules.iter().flat_map(|e| match &e.value {
-            RuleTable::CpuThreads { rules, .. } => rules.as_slice(),
-            _ => &[],
-        })
-    }
-
-    /// Every precision row in force.
-    pub fn precision_rules(&self) -> impl Iterator<Item = &PrecisionRule> {
-        self.rules.iter().flat_map(|e| match &e.value {
-            RuleTable::Precision { rules, .. } => rules.as_slice(),
-            _ => &[],
-        })
-    }
-
-    /// Every attention row in force.
-    pub fn attention_rules(&self) -> impl Iterator<Item = &AttentionRule> {
-        self.rules.iter().flat_map(|e| match &e.value {
-            RuleTable::Attention { rules, .. } => rules.as_slice(),
-            _ => &[],
-        })
-    }
-
-    /// Every kv-cache row in force.
-    pub fn kv_cache_rules(&self) -> impl Iterator<Item = &KvCacheRule> {
-        self.rules.iter().flat_map(|e| match &e.value {
-            RuleTable::KvCache { rules, .. } => rules.as_slice(),
-            _ => &[],
-        })
+        self.rows()
     }
 
     /// Memory to leave alone on a device of `capacity_bytes` when `runtime` runs there: the sum, over every
@@ -230,33 +220,7 @@ impl ProfileSet {
         runtime: RuntimeId,
         capacity_bytes: u64,
     ) -> Result<(u64, Vec<String>), RuleError> {
-        let mut bytes = 0u64;
-        let mut ids = Vec::new();
-        let mut overflow = false;
-        for r in self.reserve_rules().filter(|r| {
-            r.device == target && r.role == ReserveRole::Reserve && r.runtime.applies_to(runtime)
-        }) {
-            ids.push(r.id.clone());
-            // fraction is in [0, 1) after validation, so the product is at most the capacity; a NaN (never
-            // validated) would cast to 0, and `as` saturates.
-            let share = (r.fraction * capacity_bytes as f64).floor() as u64;
-            match bytes
-                .checked_add(r.fixed_bytes)
-                .and_then(|b| b.checked_add(share))
-            {
-                Some(b) => bytes = b,
-                None => overflow = true,
-            }
-        }
-        if overflow {
-            return Err(RuleError::ReserveOverflow {
-                target,
-                runtime,
-                capacity_bytes,
-                rules: ids,
-            });
-        }
-        Ok((bytes, ids))
+        self.rule_book().reserve(target, runtime, capacity_bytes)
     }
 
     /// The runtime's own per-device allocation (the `runtime-overhead` row for the device kind and runtime;
@@ -266,16 +230,11 @@ impl ProfileSet {
         target: ReserveTarget,
         runtime: RuntimeId,
     ) -> Option<&ReserveRule> {
-        best(
-            self.reserve_rules()
-                .filter(|r| r.device == target && r.role == ReserveRole::RuntimeOverhead),
-            runtime,
-            |r| r.runtime,
-            |_| 0,
-        )
+        self.rule_book().runtime_overhead(target, runtime)
     }
 
-    /// The efficiency a runtime reaches on a device kind in one phase: the runtime's own row, else an `any` row.
+    /// The efficiency a runtime reaches on a device kind in one phase: the runtime's own row, else an `any`
+    /// row; a row whose compute-capability range holds `cc` before one without a range.
     pub fn efficiency(
         &self,
         device: ReserveTarget,
@@ -283,38 +242,19 @@ impl ProfileSet {
         phase: Phase,
         cc: Option<Capability>,
     ) -> Option<&EfficiencyRule> {
-        // A GPU of unknown capability (and every CPU) takes only rows without a capability range.
-        best(
-            self.efficiency_rules().filter(|r| {
-                r.device == device
-                    && r.phase == phase
-                    && match cc {
-                        Some(cc) => r.compute_capability.contains(cc),
-                        None => r.compute_capability.is_open(),
-                    }
-            }),
-            runtime,
-            |r| r.runtime,
-            |r| u64::from(!r.compute_capability.is_open()),
-        )
+        self.rule_book().efficiency(device, runtime, phase, cc)
     }
 
     /// The thread rule for an objective (validation allows one per objective).
     pub fn cpu_threads(&self, objective: Objective) -> Option<&ThreadRule> {
-        self.thread_rules().find(|r| r.objective == objective)
+        self.rule_book().cpu_threads(objective)
     }
 
     /// Compute precision for `runtime` on a GPU of compute capability `cc`, or on the CPU when `cc` is `None`:
     /// the runtime's own row, else an `any` row. Rows for one runtime and device do not overlap (validated), so
     /// the answer does not depend on table order.
     pub fn precision(&self, runtime: RuntimeId, cc: Option<Capability>) -> Option<&PrecisionRule> {
-        best(
-            self.precision_rules()
-                .filter(|r| device_matches(r.device, &r.compute_capability, cc)),
-            runtime,
-            |r| r.runtime,
-            |_| 0,
-        )
+        self.rule_book().precision(runtime, cc)
     }
 
     /// Attention kernel for `runtime` on a GPU of compute capability `cc` (the CPU when `None`) at a sequence of
@@ -326,36 +266,13 @@ impl ProfileSet {
         cc: Option<Capability>,
         sequence_tokens: u64,
     ) -> Option<&AttentionRule> {
-        best(
-            self.attention_rules().filter(|r| {
-                device_matches(r.device, &r.compute_capability, cc)
-                    && r.min_sequence.is_none_or(|m| sequence_tokens >= m)
-            }),
-            runtime,
-            |r| r.runtime,
-            |r| r.min_sequence.unwrap_or(0),
-        )
+        self.rule_book().attention(runtime, cc, sequence_tokens)
     }
 
     /// When `runtime` may store the KV cache as `cache_type` instead of the workload's preference: the
     /// runtime's own row, else an `any` row. `None`: only when memory requires it.
     pub fn kv_cache(&self, runtime: RuntimeId, cache_type: &str) -> Option<&KvCacheRule> {
-        best(
-            self.kv_cache_rules()
-                .filter(|r| r.cache_type.eq_ignore_ascii_case(cache_type)),
-            runtime,
-            |r| r.runtime,
-            |_| 0,
-        )
-    }
-}
-
-/// A GPU case (`cc` given) matches GPU rows whose range holds it; the CPU case matches CPU rows.
-fn device_matches(device: ReserveTarget, range: &CapabilityRange, cc: Option<Capability>) -> bool {
-    match (device, cc) {
-        (ReserveTarget::Gpu, Some(cc)) => range.contains(cc),
-        (ReserveTarget::Cpu, None) => true,
-        _ => false,
+        self.rule_book().kv_cache(runtime, cache_type)
     }
 }
 
@@ -579,6 +496,8 @@ pub fn builtin_set() -> Result<ProfileSet, Vec<Diagnostic>> {
         }
     }
     if diags.is_empty() {
+        // Built once, here: every query of a loaded set reads this index.
+        set.rule_book();
         Ok(set)
     } else {
         Err(diags)

@@ -191,7 +191,9 @@ pub struct WorkingSetTier {
 }
 
 /// What a workload optimises for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Objective {
     Latency,
@@ -446,7 +448,9 @@ pub struct AttentionRule {
 }
 
 /// Which kind of device a rule applies to (memory reserves, efficiencies, precision and attention rows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ReserveTarget {
     Gpu,
@@ -535,7 +539,9 @@ pub struct ArchitectureRule {
 }
 
 /// Which phase of inference an efficiency applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     /// Token generation: bound by memory bandwidth.

@@ -19,7 +19,7 @@ use super::types::{
     CapabilityRange, ContextPolicy, DeviceKind, HardwareProfile, Mode, ReserveRole, ReserveTarget,
     RuleTable, RuntimeId, Vendor, WorkloadProfile,
 };
-use super::{Entry, Origin, ProfileKind, ProfileSet, SourceFile};
+use super::{Entry, Origin, ProfileKind, ProfileSet, RuleRow, SourceFile};
 use crate::hardware::parse_capability;
 
 /// Published TFLOPS and SMs × boost clock × per-SM rate agree within 5 %: vendors round, and some quote a
@@ -684,6 +684,8 @@ fn validate_into(
     with_builtin_rules: bool,
 ) -> (ProfileSet, Vec<Diagnostic>) {
     let mut diags = Vec::new();
+    // Tables are added or replaced below: the book of `base`, if built, would be stale.
+    set.book.take();
     for f in files {
         let path = f.origin.path.clone();
         let mut d = |instance_path: String, message: String| {
@@ -809,34 +811,35 @@ fn validate_into(
         }
     }
     check_set(&set, with_builtin_rules, &mut diags);
+    set.rule_book();
     (set, diags)
 }
 
 /// The id of every row of a table.
 fn row_ids(t: &RuleTable) -> Vec<&str> {
-    fn ids<T>(rows: &[T], id: impl Fn(&T) -> &str) -> Vec<&str> {
-        rows.iter().map(id).collect()
+    fn ids<T: RuleRow>(t: &RuleTable) -> impl Iterator<Item = &str> {
+        T::of(t).iter().map(T::id)
     }
-    match t {
-        RuleTable::Precision { rules, .. } => ids(rules, |r| &r.id),
-        RuleTable::Attention { rules, .. } => ids(rules, |r| &r.id),
-        RuleTable::MemoryReserves { rules, .. } => ids(rules, |r| &r.id),
-        RuleTable::CpuThreads { rules, .. } => ids(rules, |r| &r.id),
-        RuleTable::GpuArchitectures { rules, .. } => ids(rules, |r| &r.id),
-        RuleTable::Efficiency { rules, .. } => ids(rules, |r| &r.id),
-        RuleTable::KvCache { rules, .. } => ids(rules, |r| &r.id),
-    }
+    ids::<super::PrecisionRule>(t)
+        .chain(ids::<super::AttentionRule>(t))
+        .chain(ids::<super::ReserveRule>(t))
+        .chain(ids::<super::ThreadRule>(t))
+        .chain(ids::<super::ArchitectureRule>(t))
+        .chain(ids::<super::EfficiencyRule>(t))
+        .chain(ids::<super::KvCacheRule>(t))
+        .collect()
 }
 
 /// Every row of one kind in force: (file, index in its table, row).
-fn rows_of<'a, T>(
-    set: &'a ProfileSet,
-    pick: impl Fn(&'a RuleTable) -> Option<&'a [T]>,
-) -> Vec<(&'a str, usize, &'a T)> {
+fn rows_of<'a, T: RuleRow + 'a>(set: &'a ProfileSet) -> Vec<(&'a str, usize, &'a T)> {
     set.rules
         .iter()
-        .filter_map(|e| pick(&e.value).map(|rows| (e.origin.path.as_str(), rows)))
-        .flat_map(|(path, rows)| rows.iter().enumerate().map(move |(i, r)| (path, i, r)))
+        .flat_map(|e| {
+            T::of(&e.value)
+                .iter()
+                .enumerate()
+                .map(move |(i, r)| (e.origin.path.as_str(), i, r))
+        })
         .collect()
 }
 
@@ -887,10 +890,7 @@ fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
             }
         }
     }
-    let efficiency = rows_of(set, |t| match t {
-        RuleTable::Efficiency { rules, .. } => Some(rules.as_slice()),
-        _ => None,
-    });
+    let efficiency = rows_of::<super::EfficiencyRule>(set);
     conflicts(
         &efficiency,
         |r| &r.id,
@@ -910,10 +910,7 @@ fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
         },
         diags,
     );
-    let threads = rows_of(set, |t| match t {
-        RuleTable::CpuThreads { rules, .. } => Some(rules.as_slice()),
-        _ => None,
-    });
+    let threads = rows_of::<super::ThreadRule>(set);
     conflicts(
         &threads,
         |r| &r.id,
@@ -923,10 +920,7 @@ fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
         },
         diags,
     );
-    let precision = rows_of(set, |t| match t {
-        RuleTable::Precision { rules, .. } => Some(rules.as_slice()),
-        _ => None,
-    });
+    let precision = rows_of::<super::PrecisionRule>(set);
     conflicts(
         &precision,
         |r| &r.id,
@@ -943,10 +937,7 @@ fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
         },
         diags,
     );
-    let attention = rows_of(set, |t| match t {
-        RuleTable::Attention { rules, .. } => Some(rules.as_slice()),
-        _ => None,
-    });
+    let attention = rows_of::<super::AttentionRule>(set);
     conflicts(
         &attention,
         |r| &r.id,
@@ -964,10 +955,7 @@ fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
         },
         diags,
     );
-    let reserves = rows_of(set, |t| match t {
-        RuleTable::MemoryReserves { rules, .. } => Some(rules.as_slice()),
-        _ => None,
-    });
+    let reserves = rows_of::<super::ReserveRule>(set);
     conflicts(
         &reserves,
         |r| &r.id,
@@ -985,10 +973,7 @@ fn check_rule_set(set: &ProfileSet, diags: &mut Vec<Diagnostic>) {
         },
         diags,
     );
-    let kv = rows_of(set, |t| match t {
-        RuleTable::KvCache { rules, .. } => Some(rules.as_slice()),
-        _ => None,
-    });
+    let kv = rows_of::<super::KvCacheRule>(set);
     conflicts(
         &kv,
         |r| &r.id,
