@@ -73,7 +73,7 @@ enum RawCommand {
     /// Estimate llama.cpp's memory per device (weights, repacked copies, KV cache, compute and output
     /// buffers, runtime overhead) for a model and llama.cpp's own flags. Paste your llama.cpp flags.
     Estimate(estimate::RawEstimate),
-    /// Print a JSON Schema: hardware-profile, workload, rules or inventory.
+    /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
         name: String,
