@@ -450,12 +450,7 @@ fn a_split_model_passed_by_a_later_shard_launches_the_first() {
         .arg(fixture("gguf/split/llama-split-00002-of-00003.gguf"))
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    common::assert_exit(&o, 0);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let argv = doc["launch"]
         .as_array()
@@ -519,12 +514,7 @@ fn estimate_refuses_tensor_splits_that_mean_nothing() {
         .args(["--hardware", "2x:rtx-3090", "-ngl", "99", "-ts=3,1"])
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    common::assert_exit(&o, 0);
 }
 
 /// The planner, not the CLI, decides what the figures rest on: a measured efficiency for the planned GPU's
@@ -655,12 +645,7 @@ fn a_cluster_of_identical_nodes_plans_one_replica_per_node() {
             .unwrap()
     };
     let o = run(&cluster);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    common::assert_exit(&o, 0);
     let d: Deployment = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(d.hardware.source, "cluster");
     assert_eq!(d.hardware.nodes, 8);
@@ -689,12 +674,7 @@ fn a_cluster_of_identical_nodes_plans_one_replica_per_node() {
         .arg(&node)
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    common::assert_exit(&o, 0);
     let single: Deployment = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(single.settings, d.settings);
     assert_eq!(single.performance, d.performance);

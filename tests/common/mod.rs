@@ -256,3 +256,13 @@ pub fn artifact<'a>(d: &'a Deployment, name: &str) -> &'a Artifact {
     d.artifact(name)
         .unwrap_or_else(|| panic!("no {name} artifact in {:?}", d.launch))
 }
+
+/// Asserts a finished command exited with `code`, showing its stderr when it did not.
+pub fn assert_exit(o: &std::process::Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
