@@ -151,6 +151,9 @@ pub struct FleetGpu {
     pub capacity_bytes: u64,
     /// Where a capacity below the free memory comes from (Metal's working set).
     pub capacity_note: Option<String>,
+    /// Bytes the runtime's memory-reserve rules keep free on it, and those rules.
+    pub reserve_bytes: u64,
+    pub reserve_rules: Vec<String>,
     pub bandwidth_bytes_per_s: f64,
     /// Dense FP16 tensor peak (or the shader rate without tensor cores); infinite when unknown, so prefill is
     /// bounded by bandwidth alone.
@@ -194,6 +197,9 @@ pub struct Host {
     pub inventory: Inventory,
     /// Available memory.
     pub capacity_bytes: u64,
+    /// Bytes the runtime's memory-reserve rules keep free (OS, fit margin), and those rules.
+    pub reserve_bytes: u64,
+    pub reserve_rules: Vec<String>,
     pub class: Option<HardwareProfile>,
     pub decode: Option<Efficiency>,
     pub prefill: Option<Efficiency>,
@@ -309,9 +315,24 @@ fn prefill_peak(p: &HardwareProfile) -> f64 {
         * 1e12
 }
 
+/// The rule tables in force cannot give a device's reserve (a rule that over-reserves, say).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReserveError(pub String);
+
+fn reserve(
+    set: &ProfileSet,
+    target: ReserveTarget,
+    runtime: RuntimeId,
+    total_bytes: u64,
+) -> Result<(u64, Vec<String>), ReserveError> {
+    set.reserve(target, runtime, total_bytes)
+        .map_err(|e| ReserveError(e.to_string()))
+}
+
 /// The fleet of one node for `runtime`: every GPU of the inventory matched to a profile once, either planned or
-/// listed unused with the reason.
-pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Fleet {
+/// listed unused with the reason, with the runtime's reserves and efficiencies.
+pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Result<Fleet, ReserveError> {
     let hw_profiles: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<_> = set.architectures().collect();
     let mut warnings = Vec::new();
@@ -393,6 +414,8 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Fleet {
             ));
         }
         let cc = g.compute_capability.as_deref().and_then(parse_capability);
+        let (reserve_bytes, reserve_rules) =
+            reserve(set, ReserveTarget::Gpu, runtime, g.memory_total_bytes)?;
         gpus.push(FleetGpu {
             id,
             name: g.name.clone(),
@@ -402,6 +425,8 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Fleet {
             memory_free_bytes: g.memory_free_bytes,
             capacity_bytes: capacity,
             capacity_note,
+            reserve_bytes,
+            reserve_rules,
             bandwidth_bytes_per_s: profile.memory.bandwidth_gb_s * 1e9,
             flops: if flops > 0.0 { flops } else { f64::INFINITY },
             decode: efficiency(set, ReserveTarget::Gpu, runtime, Phase::Decode, cc),
@@ -411,11 +436,15 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Fleet {
             unified_memory: kind == DeviceKind::Metal,
         });
     }
-    Fleet {
+    let (host_reserve, host_reserve_rules) =
+        reserve(set, ReserveTarget::Cpu, runtime, inv.memory.total_bytes)?;
+    Ok(Fleet {
         runtime,
         host: Host {
             inventory: inv.clone(),
             capacity_bytes: inv.memory.available_bytes,
+            reserve_bytes: host_reserve,
+            reserve_rules: host_reserve_rules,
             class: cpu_class(inv, set).cloned(),
             decode: efficiency(set, ReserveTarget::Cpu, runtime, Phase::Decode, None),
             prefill: efficiency(set, ReserveTarget::Cpu, runtime, Phase::Prefill, None),
@@ -424,7 +453,7 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Fleet {
         unused,
         nodes: 1,
         warnings,
-    }
+    })
 }
 
 impl Fleet {

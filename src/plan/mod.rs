@@ -64,7 +64,8 @@ pub fn resolve_nodes(inp: &Inputs, nodes: u32) -> Result<Deployment, PlanError> 
         inp.inventory,
         inp.profiles,
         runtime_for(inp.model, inp.workload),
-    );
+    )
+    .map_err(|e| PlanError::Profile(e.0))?;
     fleet.nodes = nodes.max(1);
     resolve_fleet(inp, fleet)
 }

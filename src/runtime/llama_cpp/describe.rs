@@ -147,11 +147,12 @@ impl LlamaCpp<'_> {
             },
             "the placement that scores best and fits, by the llama.cpp memory model".into(),
         );
-        if !self.cpu_reserve_rules.is_empty() {
+        let host = &self.req.fleet.host;
+        if !host.reserve_rules.is_empty() {
             put(
                 "memory.reserve.cpu",
                 Source::Rule,
-                self.cpu_reserve_rules.join(", "),
+                host.reserve_rules.join(", "),
             );
         }
         for &i in &p.gpus {
@@ -232,7 +233,7 @@ impl LlamaCpp<'_> {
             [first, _, ..] => first.path.display().to_string(),
             _ => self.req.model_path.to_string(),
         };
-        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes) + self.cpu_reserve;
+        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes) + host.reserve_bytes;
         let launch = vec![
             launch::llama_server(&model_path, &settings, &gpu_ids),
             launch::ollama(&model_path, &settings),

@@ -22,7 +22,7 @@ use crate::memory::llama_cpp::{self, CACHE_TYPES, FlashAttn, GpuTarget, Machine,
 use crate::model::{Format, GgmlType, ModelSpec};
 use crate::perf::{self, DeviceLoad, DevicePerf, Shape};
 use crate::profile::{
-    AttentionKernel, ContextPolicy, Mode, Objective, ProfileSet, ReserveTarget, WorkloadProfile,
+    AttentionKernel, ContextPolicy, Mode, Objective, ProfileSet, WorkloadProfile,
 };
 
 /// Longest context per sequence: the whole `-c` is an `int32_t` in llama.cpp (and positions are `llama_pos`,
@@ -69,9 +69,6 @@ pub struct LlamaCpp<'a> {
     req: &'a Request<'a>,
     /// The GPUs of the one backend a llama-server process drives.
     gpus: Vec<&'a FleetGpu>,
-    gpu_reserve: Vec<u64>,
-    cpu_reserve: u64,
-    cpu_reserve_rules: Vec<String>,
     n_layer: u32,
     n_ctx_train: u32,
     n_par: u32,
@@ -92,15 +89,6 @@ pub struct LlamaCpp<'a> {
 
 /// A placement: `-ngl`, `--n-cpu-moe` and the GPUs in layer order.
 type PlacementKey = (u32, u32, Vec<usize>);
-
-fn rule_reserve(
-    set: &ProfileSet,
-    device: ReserveTarget,
-    capacity: u64,
-) -> Result<(u64, Vec<String>), PlanError> {
-    set.reserve(device, RuntimeId::LlamaCpp, capacity)
-        .map_err(|e| PlanError::Profile(e.to_string()))
-}
 
 /// The trained context, checked against what llama.cpp can address.
 fn trained_context(model: &ModelSpec) -> Result<u32, PlanError> {
@@ -234,15 +222,6 @@ impl<'a> LlamaCpp<'a> {
                 keep
             })
             .collect();
-        let gpu_reserve = gpus
-            .iter()
-            .map(|g| rule_reserve(set, ReserveTarget::Gpu, g.memory_total_bytes).map(|r| r.0))
-            .collect::<Result<Vec<u64>, PlanError>>()?;
-        let (cpu_reserve, cpu_reserve_rules) = rule_reserve(
-            set,
-            ReserveTarget::Cpu,
-            fleet.host.inventory.memory.total_bytes,
-        )?;
         let objective = req.objective;
         let threads_all = host_threads(fleet, set, objective);
         let threads_gpu = gpu_host_threads(fleet);
@@ -288,9 +267,6 @@ impl<'a> LlamaCpp<'a> {
         Ok(LlamaCpp {
             req,
             gpus,
-            gpu_reserve,
-            cpu_reserve,
-            cpu_reserve_rules,
             n_layer,
             n_ctx_train,
             n_par,
@@ -597,19 +573,26 @@ impl Runtime for LlamaCpp<'_> {
             Err(_) => return Ok(failed()),
         };
         let threads = self.threads(p);
-        let host_room = fleet.host.capacity_bytes.saturating_sub(self.cpu_reserve);
+        let host_room = fleet
+            .host
+            .capacity_bytes
+            .saturating_sub(fleet.host.reserve_bytes);
         let mut overflow = 0u64;
         let mut ladder_overflow = 0u64;
         let mut memory = Vec::with_capacity(est.devices.len());
         for (k, m) in est.devices.iter().enumerate() {
             let (id, capacity, reserve) = if k == 0 {
-                (DeviceId::HOST, fleet.host.capacity_bytes, self.cpu_reserve)
+                (
+                    DeviceId::HOST,
+                    fleet.host.capacity_bytes,
+                    fleet.host.reserve_bytes,
+                )
             } else {
                 let i = p.gpus[k - 1];
                 (
                     self.gpus[i].id,
                     self.gpus[i].capacity_bytes,
-                    self.gpu_reserve[i],
+                    self.gpus[i].reserve_bytes,
                 )
             };
             let over = m
