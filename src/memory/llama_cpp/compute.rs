@@ -163,7 +163,8 @@ impl ComputeTerms {
         let largest_host_matmul = model
             .tensors
             .iter()
-            .filter(|t| t.slot_kind() != TensorKind::Other && placement.device(slot(t)).is_none())
+            // The placement first: it is an integer test, the kind a few string scans per tensor.
+            .filter(|t| placement.device(slot(t)).is_none() && t.slot_kind() != TensorKind::Other)
             .filter(|t| !(t.role == Role::Expert && params.n_cpu_moe > 0))
             .map(|t| t.bytes)
             .max()

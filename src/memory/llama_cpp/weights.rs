@@ -145,7 +145,13 @@ impl Kind for TensorInfo {
             Role::Expert if self.shape.len() == 3 => TensorKind::ExpertWeight,
             // GET_ROWS reads the token embedding; norms are element-wise; convolutions are SSM_CONV.
             Role::Embedding | Role::Norm | Role::QuantState => TensorKind::Other,
-            _ if self.name.contains("conv1d") || self.name.contains("ssm_a") => TensorKind::Other,
+            // Only state-space (or unrecognised) tensors can be convolutions or A matrices; the name scan is
+            // skipped for the rest, since a plan classifies every tensor hundreds of times.
+            Role::Recurrent | Role::Other
+                if self.name.contains("conv1d") || self.name.contains("ssm_a") =>
+            {
+                TensorKind::Other
+            }
             _ => TensorKind::MatmulWeight,
         }
     }
