@@ -181,7 +181,7 @@ impl Sources {
             None => {
                 Err("no database path (set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME)".to_string())
             }
-            Some(path) => match crate::store::Store::open(path)
+            Some(path) => match crate::store::Store::open_for_lookup(path)
                 .and_then(|s| s.evidence(device_profiles, fingerprint))
             {
                 Ok(found) => Ok(found),

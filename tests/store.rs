@@ -387,3 +387,41 @@ fn evidence_returns_each_usable_row_with_its_id_and_counts_the_rest() {
         .unwrap();
     assert_eq!(twice.rows, Some(7));
 }
+
+/// The lookup path `resolve` takes: a current database is read through one read-only connection and left
+/// byte for byte; a missing one is created and migrated as `open` does; a foreign one is refused untouched; an
+/// older unstamped one is migrated by `open`'s path.
+#[test]
+fn lookups_read_a_current_store_read_only_and_fall_back_to_open_otherwise() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("current.db");
+    drop(Store::open(&p).unwrap());
+    let before = std::fs::read(&p).unwrap();
+    let s = Store::open_for_lookup(&p).unwrap();
+    assert!(s.is_read_only(), "a current store is looked up read-only");
+    assert_eq!(
+        s.evidence(&["h100-sxm".into()], "fp").unwrap().rows,
+        Some(0)
+    );
+    drop(s);
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        before,
+        "a lookup writes nothing"
+    );
+
+    let fresh = d.path().join("sub/fresh.db");
+    let s = Store::open_for_lookup(&fresh).unwrap();
+    assert!(!s.is_read_only());
+    assert_eq!(s.version().unwrap(), KNOWN);
+    assert_eq!(s.application_id().unwrap(), APPLICATION_ID);
+
+    let foreign = make(d.path(), "foreign.db", "CREATE TABLE t (x INTEGER);");
+    let bytes = std::fs::read(&foreign).unwrap();
+    let err = Store::open_for_lookup(&foreign).unwrap_err();
+    assert!(
+        matches!(defect(&err), Defect::ForeignSchema { .. }),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&foreign).unwrap(), bytes);
+}

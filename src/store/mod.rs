@@ -438,6 +438,40 @@ impl Store {
         })
     }
 
+    /// A store to look things up in: an existing, current database is used through the read-only connection that
+    /// inspected it (one connection instead of two, and no journal-mode or foreign-key pragmas: `resolve` only
+    /// reads); anything else (no file yet, an older version to migrate, a hot journal to recover, a busy lock)
+    /// takes [`Store::open`]'s path, which creates, migrates or waits as it always does.
+    pub fn open_for_lookup(path: &Path) -> Result<Store, StoreError> {
+        if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            let e = classify(path);
+            let ro = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(&e)?;
+            ro.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
+                .map_err(&e)?;
+            let inspected = ro
+                .unchecked_transaction()
+                .map_err(&e)
+                .and_then(|tx| inspect(&tx, path, true));
+            match inspected {
+                Ok(found) if found.is_current() => {
+                    return Ok(Store {
+                        conn: ro,
+                        path: path.to_path_buf(),
+                        read_only: true,
+                    });
+                }
+                Ok(_) => {}
+                Err(err @ StoreError::Invalid { .. }) => return Err(err),
+                Err(_) => {}
+            }
+        }
+        Store::open(path)
+    }
+
     /// An in-memory store (tests).
     pub fn open_in_memory() -> Result<Store, StoreError> {
         let path = Path::new(":memory:");
