@@ -45,10 +45,16 @@ use crate::evidence::{Evidence, MeasuredEfficiency, PeakMemory, ThroughputPoint}
 use crate::profile::{Phase, RuntimeId};
 
 /// The migrations, in order; the schema version after applying the first `n` is `n`.
-pub const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_initial.sql",
-    include_str!("../../migrations/0001_initial.sql"),
-)];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_initial.sql",
+        include_str!("../../migrations/0001_initial.sql"),
+    ),
+    (
+        "0002_runs_and_shapes.sql",
+        include_str!("../../migrations/0002_runs_and_shapes.sql"),
+    ),
+];
 
 /// `PRAGMA application_id` of every database this module creates or migrates: ASCII "OPTZ" (0x4F50545A), so
 /// `file(1)` and other tools can tell our databases from other applications' (SQLite file format §1.3.13).
@@ -122,6 +128,9 @@ pub enum StoreError {
         found: i64,
         known: i64,
     },
+    /// A value the caller asked to record that no lookup could use (NaN, infinite).
+    #[error("{path}: refusing to record {what}: not a finite number", path = path.display())]
+    Value { path: PathBuf, what: String },
 }
 
 impl StoreError {
@@ -136,7 +145,8 @@ impl StoreError {
             StoreError::Io { path, .. }
             | StoreError::Unavailable { path, .. }
             | StoreError::Invalid { path, .. }
-            | StoreError::Newer { path, .. } => path,
+            | StoreError::Newer { path, .. }
+            | StoreError::Value { path, .. } => path,
         }
     }
 
@@ -522,7 +532,8 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT m.id, d.profile, r.runtime, r.tool, m.metric, m.value, m.context, m.model_id IS NULL \
+                "SELECT m.id, d.profile, r.runtime, r.tool, m.metric, m.value, m.context, m.model_id IS NULL, \
+                 m.sequences, r.status = 'complete' \
                  FROM measurement m JOIN device d ON d.id = m.device_id JOIN run r ON r.id = m.run_id \
                  LEFT JOIN model o ON o.id = m.model_id \
                  WHERE d.profile = ?1 AND (m.model_id IS NULL OR o.fingerprint = ?2) ORDER BY m.id",
@@ -548,6 +559,8 @@ impl Store {
                         value: r.get(5)?,
                         context: r.get(6)?,
                         any_model: r.get(7)?,
+                        sequences: r.get(8)?,
+                        complete: r.get(9)?,
                     })
                 })
                 .map_err(&e)?;
@@ -561,6 +574,216 @@ impl Store {
     }
 }
 
+/// The machine a run was taken on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostIdentity {
+    pub cpu_model: String,
+    pub physical_cores: u32,
+    pub memory_total_bytes: u64,
+    pub hostname: String,
+}
+
+/// One benchmark or calibration run, as it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    /// `calibrate`, `llama-bench import`, ...
+    pub tool: String,
+    pub runtime: RuntimeId,
+    pub runtime_version: Option<String>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    /// The runtime flags used, as JSON.
+    pub settings: String,
+    pub host: HostIdentity,
+}
+
+/// A device as the store keys it: its hardware profile, the driver's name and its UUID when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceIdentity {
+    pub profile: String,
+    pub name: String,
+    pub uuid: Option<String>,
+}
+
+/// The model a measurement was taken with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelIdentity {
+    pub fingerprint: String,
+    pub architecture: String,
+    pub tensor_bytes: u64,
+}
+
+/// The shape a measurement was taken at (`None`: not applicable or not recorded).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub context_tokens: Option<u32>,
+    pub batch: Option<u32>,
+    pub ubatch: Option<u32>,
+    pub sequences: Option<u32>,
+    pub threads: Option<u32>,
+    pub gpu_layers: Option<u32>,
+    pub kv_type: Option<String>,
+    pub tensor_parallel: Option<u32>,
+    pub pipeline_parallel: Option<u32>,
+}
+
+/// One measured quantity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMeasurement {
+    pub device: DeviceIdentity,
+    /// `None`: a device figure that holds for every model (a calibration).
+    pub model: Option<ModelIdentity>,
+    /// `decode_tokens_per_s`, `prefill_tokens_per_s`, `decode_efficiency`, `peak_memory_bytes`, ...
+    pub metric: String,
+    pub value: f64,
+    pub unit: String,
+    pub shape: Shape,
+    /// Anything else about the conditions, as JSON.
+    pub context: String,
+}
+
+/// A run being recorded; [`Store::finish_run`] marks it complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunId(pub i64);
+
+impl Store {
+    /// Records that a run started: it is `incomplete` (and ignored by lookups) until [`Store::finish_run`], so a
+    /// run killed at any point leaves rows no plan uses.
+    pub fn begin_run(&self, run: &NewRun) -> Result<RunId, StoreError> {
+        let e = classify(&self.path);
+        let tx = self.conn.unchecked_transaction().map_err(&e)?;
+        let h = &run.host;
+        tx.execute(
+            "INSERT INTO host (cpu_model, physical_cores, memory_total_bytes, hostname) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT DO NOTHING",
+            (
+                &h.cpu_model,
+                h.physical_cores,
+                i64::try_from(h.memory_total_bytes).unwrap_or(i64::MAX),
+                &h.hostname,
+            ),
+        )
+        .map_err(&e)?;
+        let host: i64 = tx
+            .query_row(
+                "SELECT id FROM host WHERE cpu_model = ?1 AND physical_cores = ?2 AND memory_total_bytes = ?3 \
+                 AND hostname = ?4",
+                (
+                    &h.cpu_model,
+                    h.physical_cores,
+                    i64::try_from(h.memory_total_bytes).unwrap_or(i64::MAX),
+                    &h.hostname,
+                ),
+                |r| r.get(0),
+            )
+            .map_err(&e)?;
+        tx.execute(
+            "INSERT INTO run (tool, runtime, runtime_version, started_at, settings, host_id, status) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'incomplete')",
+            (
+                &run.tool,
+                run.runtime.name(),
+                &run.runtime_version,
+                &run.started_at,
+                &run.settings,
+                host,
+            ),
+        )
+        .map_err(&e)?;
+        let id = tx.last_insert_rowid();
+        tx.commit().map_err(&e)?;
+        Ok(RunId(id))
+    }
+
+    /// Records one measurement of a run (its device and model rows created on first use); returns its row id.
+    /// A non-finite value is refused: nothing downstream could use it.
+    pub fn record(&self, run: RunId, m: &NewMeasurement) -> Result<i64, StoreError> {
+        let e = classify(&self.path);
+        if !m.value.is_finite() {
+            return Err(StoreError::Value {
+                path: self.path.clone(),
+                what: format!("{} = {}", m.metric, m.value),
+            });
+        }
+        let tx = self.conn.unchecked_transaction().map_err(&e)?;
+        let d = &m.device;
+        tx.execute(
+            "INSERT INTO device (profile, name, uuid) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            (&d.profile, &d.name, &d.uuid),
+        )
+        .map_err(&e)?;
+        let device: i64 = tx
+            .query_row(
+                "SELECT id FROM device WHERE profile = ?1 AND name = ?2 AND ifnull(uuid, '') = ifnull(?3, '')",
+                (&d.profile, &d.name, &d.uuid),
+                |r| r.get(0),
+            )
+            .map_err(&e)?;
+        let model: Option<i64> = match &m.model {
+            None => None,
+            Some(o) => {
+                tx.execute(
+                    "INSERT INTO model (fingerprint, architecture, tensor_bytes) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT DO NOTHING",
+                    (
+                        &o.fingerprint,
+                        &o.architecture,
+                        i64::try_from(o.tensor_bytes).unwrap_or(i64::MAX),
+                    ),
+                )
+                .map_err(&e)?;
+                Some(
+                    tx.query_row(
+                        "SELECT id FROM model WHERE fingerprint = ?1",
+                        [&o.fingerprint],
+                        |r| r.get(0),
+                    )
+                    .map_err(&e)?,
+                )
+            }
+        };
+        let sh = &m.shape;
+        tx.execute(
+            "INSERT INTO measurement (run_id, device_id, model_id, metric, value, unit, context, context_tokens, \
+             batch, ubatch, sequences, threads, gpu_layers, kv_type, tensor_parallel, pipeline_parallel) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            rusqlite::params![
+                run.0,
+                device,
+                model,
+                &m.metric,
+                m.value,
+                &m.unit,
+                &m.context,
+                sh.context_tokens,
+                sh.batch,
+                sh.ubatch,
+                sh.sequences,
+                sh.threads,
+                sh.gpu_layers,
+                &sh.kv_type,
+                sh.tensor_parallel,
+                sh.pipeline_parallel,
+            ],
+        )
+        .map_err(&e)?;
+        let id = tx.last_insert_rowid();
+        tx.commit().map_err(&e)?;
+        Ok(id)
+    }
+
+    /// Marks a run complete: from now on lookups use its rows.
+    pub fn finish_run(&self, run: RunId, finished_at: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE run SET status = 'complete', finished_at = ?2 WHERE id = ?1",
+                (run.0, finished_at),
+            )
+            .map(|_| ())
+            .map_err(classify(&self.path))
+    }
+}
+
 /// One measurement row as read.
 struct Row {
     id: i64,
@@ -571,6 +794,10 @@ struct Row {
     value: f64,
     context: String,
     any_model: bool,
+    /// The `sequences` column (version 2); older rows say it in the JSON context.
+    sequences: Option<i64>,
+    /// The run finished; rows of an interrupted run are counted but never used.
+    complete: bool,
 }
 
 /// Largest efficiency a row may claim: achieved over peak above 1 means the peak in the profile is wrong, and
@@ -580,6 +807,9 @@ const MAX_EFFICIENCY: f64 = 1.5;
 impl Row {
     /// Files the row where it belongs; a row the planner cannot use is left out (still counted in `rows`).
     fn into_evidence(self, ev: &mut Evidence) {
+        if !self.complete {
+            return;
+        }
         let Ok(runtime) =
             serde_json::from_value::<RuntimeId>(serde_json::Value::String(self.runtime.clone()))
         else {
@@ -613,9 +843,16 @@ impl Row {
             }
         } else if let Some(ph) = self.metric.strip_suffix("_tokens_per_s").and_then(phase) {
             if !self.any_model {
-                let concurrency = serde_json::from_str::<serde_json::Value>(&self.context)
-                    .ok()
-                    .and_then(|v| v.get("concurrency").and_then(serde_json::Value::as_u64));
+                let concurrency =
+                    self.sequences
+                        .and_then(|n| u64::try_from(n).ok())
+                        .or_else(|| {
+                            serde_json::from_str::<serde_json::Value>(&self.context)
+                                .ok()
+                                .and_then(|v| {
+                                    v.get("concurrency").and_then(serde_json::Value::as_u64)
+                                })
+                        });
                 ev.throughput.push(ThroughputPoint {
                     row: self.id,
                     device_profile: self.profile,
