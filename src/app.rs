@@ -507,3 +507,111 @@ fn estimate_machine(
             .collect(),
     })
 }
+
+/// Largest llama-bench output `measurements import` reads: a sweep's results are kilobytes.
+pub const MAX_IMPORT_BYTES: u64 = 64 << 20;
+
+/// What an import recorded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Imported {
+    pub file: String,
+    pub run: i64,
+    /// Measurement row ids written.
+    pub rows: Vec<i64>,
+    /// Results not recorded, and why.
+    pub skipped: Vec<String>,
+}
+
+/// `measurements import FILE`: a `llama-bench` output (JSON, JSON lines, CSV or SQL) recorded as one complete run
+/// against this machine's devices (probe or `--inventory`) and the model each row names (or `model`, when the
+/// file was moved). The run is written incomplete first and finished last, so an interrupted import leaves
+/// nothing a plan uses.
+pub fn import_llama_bench(
+    sources: &Sources,
+    file: &Path,
+    model: Option<&Path>,
+) -> Result<Imported, Failure> {
+    let text = crate::input::read_text_bounded(file, MAX_IMPORT_BYTES, "llama-bench output")
+        .map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                exit::USAGE
+            } else if crate::input::is_invalid_input(&e) {
+                exit::INVALID_INPUT
+            } else {
+                exit::RUNTIME
+            };
+            Failure::new(code, anyhow::anyhow!("{}: {e}", file.display()))
+        })?;
+    let rows = crate::calibrate::llama_bench::parse(&text).map_err(|e| {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: {e}", file.display()),
+        )
+        .hint("expected the output of llama-bench -o json, jsonl, csv or sql")
+    })?;
+    if rows.is_empty() {
+        return Err(Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: no results", file.display()),
+        ));
+    }
+    let set = sources.profiles()?;
+    let (inv, _) = sources.inventory()?;
+    let fleet = crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp)
+        .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
+    let mut models: std::collections::BTreeMap<String, crate::model::ModelSpec> =
+        std::collections::BTreeMap::new();
+    let mut measurements = Vec::new();
+    let mut skipped = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let path = model.map_or_else(|| PathBuf::from(&row.model_filename), Path::to_path_buf);
+        let key = path.display().to_string();
+        if !models.contains_key(&key) {
+            let spec = crate::model::load(&path).map_err(|e| {
+                Failure::from(e).hint(
+                    "the row names the model llama-bench ran; pass --model PATH if the file moved",
+                )
+            })?;
+            models.insert(key.clone(), spec);
+        }
+        match crate::calibrate::from_llama_bench(row, &fleet, &models[&key]) {
+            Ok(m) => measurements.push(m),
+            Err(why) => skipped.push(format!("result {}: {why}", i + 1)),
+        }
+    }
+    let store = sources.store()?;
+    let first = &rows[0];
+    let run = store
+        .begin_run(&crate::store::NewRun {
+            tool: "llama-bench import".into(),
+            runtime: crate::profile::RuntimeId::LlamaCpp,
+            runtime_version: Some(first.build_commit.clone()).filter(|c| !c.is_empty()),
+            started_at: first.test_time.clone(),
+            settings: serde_json::json!({ "file": file.display().to_string() }).to_string(),
+            host: crate::store::HostIdentity {
+                cpu_model: inv.cpu.model.clone(),
+                physical_cores: inv.cpu.physical_cores,
+                memory_total_bytes: inv.memory.total_bytes,
+                hostname: String::new(),
+            },
+        })
+        .map_err(store_failure)?;
+    let ids = measurements
+        .iter()
+        .map(|m| store.record(run, m))
+        .collect::<Result<Vec<i64>, _>>()
+        .map_err(store_failure)?;
+    let finished = rows
+        .iter()
+        .map(|r| r.test_time.as_str())
+        .max()
+        .unwrap_or_default()
+        .to_string();
+    store.finish_run(run, &finished).map_err(store_failure)?;
+    Ok(Imported {
+        file: file.display().to_string(),
+        run: run.0,
+        rows: ids,
+        skipped,
+    })
+}

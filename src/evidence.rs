@@ -44,6 +44,12 @@ pub struct ThroughputPoint {
     pub tokens_per_s: f64,
     /// Sequences decoded together, when the row says.
     pub concurrency: Option<u64>,
+    /// The shape it was taken at, when the row says: CPU threads, `-ngl` (0: the CPU alone), micro-batch, and
+    /// the tokens of the test (the prompt for prefill, the generated tokens for decode).
+    pub threads: Option<u32>,
+    pub gpu_layers: Option<u32>,
+    pub ubatch: Option<u32>,
+    pub tokens: Option<u64>,
     pub what: String,
 }
 

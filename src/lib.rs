@@ -4,6 +4,7 @@
 //! `ARCHITECTURE.md` of the project (pure core: `model`; edges: `cli`).
 
 pub mod app;
+pub mod calibrate;
 pub mod cli;
 pub mod emit;
 pub mod evidence;

@@ -73,6 +73,11 @@ enum RawCommand {
     /// Estimate llama.cpp's memory per device (weights, repacked copies, KV cache, compute and output
     /// buffers, runtime overhead) for a model and llama.cpp's own flags. Paste your llama.cpp flags.
     Estimate(estimate::RawEstimate),
+    /// Record measurements in the store: `import FILE` reads a llama-bench output (-o json, jsonl, csv or sql).
+    Measurements {
+        #[command(subcommand)]
+        command: RawMeasurementsCommand,
+    },
     /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
@@ -101,6 +106,21 @@ enum RawProfilesCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum RawMeasurementsCommand {
+    /// Import a llama-bench output as one complete run on this machine (or --inventory): prompt tests become
+    /// prefill tokens/s, generation tests decode tokens/s, for the model each row names, with the threads,
+    /// batch, micro-batch, -ngl and KV type they ran at. `resolve` then reports them as measured.
+    Import {
+        file: PathBuf,
+        /// The model the results are for, when the path llama-bench recorded has moved.
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+}
+
 /// How a command renders its result on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
@@ -125,6 +145,7 @@ enum Command {
     ProfilesList(OutputFormat),
     ProfilesShow(String, OutputFormat),
     Schema(String),
+    MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
 }
@@ -147,6 +168,14 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
             RawProfilesCommand::List { format } => Command::ProfilesList(format),
             RawProfilesCommand::Show { id, format } => Command::ProfilesShow(id, format),
         },
+        RawCommand::Measurements {
+            command:
+                RawMeasurementsCommand::Import {
+                    file,
+                    model,
+                    format,
+                },
+        } => Command::MeasurementsImport(file, model, format),
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Schema { name } => {
@@ -224,6 +253,31 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::ProfilesValidate(paths) => profiles::validate(&common, &paths),
         Command::ProfilesList(format) => profiles::list(&common, format),
         Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
+        Command::MeasurementsImport(file, model, format) => {
+            let done = crate::app::import_llama_bench(&common, &file, model.as_deref())?;
+            let text = match format {
+                OutputFormat::Table => {
+                    let mut t = format!(
+                        "{}: run {}, {} measurement{} recorded (rows {})\n",
+                        done.file,
+                        done.run,
+                        done.rows.len(),
+                        if done.rows.len() == 1 { "" } else { "s" },
+                        done.rows
+                            .iter()
+                            .map(i64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    for s in &done.skipped {
+                        t.push_str(&format!("skipped {s}\n"));
+                    }
+                    t
+                }
+                f => render(&done, f)?,
+            };
+            write_stdout(&text)
+        }
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),

@@ -310,6 +310,13 @@ fn performance<R: Runtime>(
                     && t.runtime == rt.id()
                     && t.phase == phase
                     && t.concurrency.unwrap_or(1) == seqs
+                    && rt.measured_here(&c.point, t)
+                    // A prompt rate holds for prompts of about the measured length (within a factor of 2).
+                    && (phase != Phase::Prefill
+                        || t.tokens.is_none_or(|n| {
+                            let (n, want) = (n as f64, req.workload.prompt_tokens.max(1) as f64);
+                            n >= want / 2.0 && n <= want * 2.0
+                        }))
             })
             .max_by_key(|t| t.row)
     };

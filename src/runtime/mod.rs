@@ -157,6 +157,9 @@ pub trait Runtime {
     ) -> Option<Vec<Self::Point>>;
     /// The point's value on the axis the workload states a preference for (the KV cache type), lower-case.
     fn variant(&self, p: &Self::Point) -> String;
+    /// Whether a throughput the store measured was taken in this point's configuration (beyond device,
+    /// runtime, phase and sequences, which the planner checks): it then replaces the prediction.
+    fn measured_here(&self, p: &Self::Point, t: &crate::evidence::ThroughputPoint) -> bool;
     /// Sequences served together at this point.
     fn sequences(&self, p: &Self::Point) -> u32;
     /// The variant the workload prefers.

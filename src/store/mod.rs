@@ -533,7 +533,7 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT m.id, d.profile, r.runtime, r.tool, m.metric, m.value, m.context, m.model_id IS NULL, \
-                 m.sequences, r.status = 'complete' \
+                 m.sequences, r.status = 'complete', m.threads, m.gpu_layers, m.ubatch \
                  FROM measurement m JOIN device d ON d.id = m.device_id JOIN run r ON r.id = m.run_id \
                  LEFT JOIN model o ON o.id = m.model_id \
                  WHERE d.profile = ?1 AND (m.model_id IS NULL OR o.fingerprint = ?2) ORDER BY m.id",
@@ -561,6 +561,9 @@ impl Store {
                         any_model: r.get(7)?,
                         sequences: r.get(8)?,
                         complete: r.get(9)?,
+                        threads: r.get(10)?,
+                        gpu_layers: r.get(11)?,
+                        ubatch: r.get(12)?,
                     })
                 })
                 .map_err(&e)?;
@@ -798,6 +801,9 @@ struct Row {
     sequences: Option<i64>,
     /// The run finished; rows of an interrupted run are counted but never used.
     complete: bool,
+    threads: Option<i64>,
+    gpu_layers: Option<i64>,
+    ubatch: Option<i64>,
 }
 
 /// Largest efficiency a row may claim: achieved over peak above 1 means the peak in the profile is wrong, and
@@ -843,16 +849,22 @@ impl Row {
             }
         } else if let Some(ph) = self.metric.strip_suffix("_tokens_per_s").and_then(phase) {
             if !self.any_model {
-                let concurrency =
-                    self.sequences
-                        .and_then(|n| u64::try_from(n).ok())
-                        .or_else(|| {
-                            serde_json::from_str::<serde_json::Value>(&self.context)
-                                .ok()
-                                .and_then(|v| {
-                                    v.get("concurrency").and_then(serde_json::Value::as_u64)
-                                })
-                        });
+                let context = serde_json::from_str::<serde_json::Value>(&self.context).ok();
+                let json = |k: &str| {
+                    context
+                        .as_ref()
+                        .and_then(|v| v.get(k).and_then(serde_json::Value::as_u64))
+                };
+                let concurrency = self
+                    .sequences
+                    .and_then(|n| u64::try_from(n).ok())
+                    .or_else(|| json("concurrency"));
+                let small = |n: Option<i64>| n.and_then(|n| u32::try_from(n).ok());
+                let tokens = json(if ph == Phase::Prefill {
+                    "n_prompt"
+                } else {
+                    "n_gen"
+                });
                 ev.throughput.push(ThroughputPoint {
                     row: self.id,
                     device_profile: self.profile,
@@ -860,6 +872,10 @@ impl Row {
                     phase: ph,
                     tokens_per_s: self.value,
                     concurrency,
+                    threads: small(self.threads),
+                    gpu_layers: small(self.gpu_layers),
+                    ubatch: small(self.ubatch),
+                    tokens,
                     what: self.tool,
                 });
             }

@@ -698,6 +698,20 @@ impl Runtime for LlamaCpp<'_> {
         p.kv.name().to_lowercase()
     }
 
+    fn measured_here(&self, p: &Point, t: &crate::evidence::ThroughputPoint) -> bool {
+        let all = self.all_layers();
+        // -ngl as measured: 0 is the CPU alone; at or past every layer is full offload.
+        let layers_match = match t.gpu_layers {
+            None => true,
+            Some(0) => p.gpus.is_empty() || p.ngl == 0,
+            Some(n) if n >= all => !p.gpus.is_empty() && p.ngl >= all,
+            Some(n) => p.ngl == n,
+        };
+        layers_match
+            && t.threads.is_none_or(|n| n == self.threads(p))
+            && t.ubatch.is_none_or(|u| u == p.ubatch)
+    }
+
     fn sequences(&self, p: &Point) -> u32 {
         p.parallel
     }

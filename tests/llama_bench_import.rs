@@ -1,0 +1,159 @@
+//! Importing the pinned llama-bench's own outputs (tests/fixtures/llama-bench/outputs/, written by the pinned
+//! build on this project's 2-core machine: `llama-bench -m tests/fixtures/gguf/llama-q4_k_m.gguf -p 64 -n 16
+//! -t 1,2 -r 2 -o FORMAT`, one run per format): every format reads to the same tests, the values are the file's
+//! own, and after an import `resolve` reports the measured decode rate for the threads it chose, as `measured`,
+//! citing the row.
+
+mod common;
+use common::{assert_exit, bin, fixture};
+
+use optimizer::calibrate::llama_bench::{BenchRow, parse};
+
+fn read(format: &str) -> Vec<BenchRow> {
+    let p = fixture(format!("llama-bench/outputs/tiny-q4_k_m-cpu.{format}"));
+    parse(&std::fs::read_to_string(&p).unwrap()).unwrap_or_else(|e| panic!("{format}: {e}"))
+}
+
+#[test]
+fn every_output_format_reads_to_the_same_tests() {
+    let shape = |rows: &[BenchRow]| -> Vec<(u32, u64, u64, i64, String)> {
+        rows.iter()
+            .map(|r| {
+                (
+                    r.n_threads,
+                    r.n_prompt,
+                    r.n_gen,
+                    r.n_gpu_layers,
+                    r.model_filename.clone(),
+                )
+            })
+            .collect()
+    };
+    let json = read("json");
+    assert_eq!(
+        shape(&json),
+        vec![
+            (1, 64, 0, -1, "tests/fixtures/gguf/llama-q4_k_m.gguf".into()),
+            (1, 0, 16, -1, "tests/fixtures/gguf/llama-q4_k_m.gguf".into()),
+            (2, 64, 0, -1, "tests/fixtures/gguf/llama-q4_k_m.gguf".into()),
+            (2, 0, 16, -1, "tests/fixtures/gguf/llama-q4_k_m.gguf".into()),
+        ]
+    );
+    for format in ["jsonl", "csv", "sql"] {
+        let rows = read(format);
+        assert_eq!(shape(&rows), shape(&json), "{format}");
+        assert!(
+            rows.iter().all(|r| r.avg_ts > 0.0 && !r.on_gpu()),
+            "{format}"
+        );
+    }
+    // The values are the file's: the first JSON result's avg_ts, read independently.
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("llama-bench/outputs/tiny-q4_k_m-cpu.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json[0].avg_ts, v[0]["avg_ts"].as_f64().unwrap());
+    assert_eq!(json[3].build_commit, "0c1e570");
+}
+
+#[test]
+fn malformed_outputs_are_refused_with_the_defect() {
+    for (text, want) in [
+        ("", "empty file"),
+        ("a,b\n1,2\n", "no avg_ts column"),
+        (
+            "[{\"model_filename\": \"m\", \"n_threads\": 1, \"n_prompt\": 1, \"n_gen\": 0}]",
+            "no avg_ts",
+        ),
+        (
+            "[{\"model_filename\": \"m\", \"n_threads\": 1, \"n_prompt\": 1, \"n_gen\": 0, \"avg_ts\": \"nan\"}]",
+            "not a finite number",
+        ),
+        (
+            "[{\"model_filename\": \"m\", \"n_threads\": 1.5, \"n_prompt\": 1, \"n_gen\": 0, \"avg_ts\": 3}]",
+            "not an integer",
+        ),
+        ("\"avg_ts\",\"n\"\n\"1\"\n", "1 fields for 2 columns"),
+        (
+            "CREATE TABLE other (x INTEGER);",
+            "no such table: llama_bench",
+        ),
+        ("[{\"avg_ts\": 1", "JSON"),
+    ] {
+        let err = parse(text).unwrap_err();
+        assert!(err.contains(want), "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn an_imported_run_is_what_resolve_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let inv = fixture("llama-bench/inventory-epyc-milan-2vcpu.yaml");
+    let out = bin()
+        .arg("--db")
+        .arg(&db)
+        .arg("--inventory")
+        .arg(&inv)
+        .args(["measurements", "import", "--format", "json"])
+        .arg(fixture("llama-bench/outputs/tiny-q4_k_m-cpu.csv"))
+        .current_dir(common::root())
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["rows"].as_array().unwrap().len(), 4);
+    let resolve = || {
+        bin()
+            .arg("--db")
+            .arg(&db)
+            .arg("--inventory")
+            .arg(&inv)
+            .args(["resolve", "-w", "inference", "--format", "json", "-m"])
+            .arg(fixture("gguf/llama-q4_k_m.gguf"))
+            .output()
+            .unwrap()
+    };
+    let out = resolve();
+    assert_exit(&out, 0);
+    let d: optimizer::emit::Deployment = serde_json::from_slice(&out.stdout).unwrap();
+    let threads = common::llama(&d).threads;
+    let tg = read("csv")
+        .into_iter()
+        .find(|r| r.n_gen > 0 && r.n_threads == threads)
+        .unwrap();
+    assert_eq!(d.performance.basis, optimizer::evidence::Basis::Measured);
+    assert_eq!(
+        d.performance.decode_tokens_per_s,
+        (tg.avg_ts * 1000.0).round() / 1000.0
+    );
+    assert_eq!(d.performance.evidence.len(), 1);
+    let why = &d.provenance["performance.decode_tokens_per_s"].detail;
+    assert!(why.contains("llama-bench import"), "{why}");
+    // The prompt tests ran 64 tokens; the inference preset's prompt is 512, so prefill stays predicted.
+    assert!(
+        !d.provenance
+            .contains_key("performance.prefill_tokens_per_s")
+    );
+
+    // A file that is not llama-bench output, and one that does not exist.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "[{\"model_filename\": \"m\"}]").unwrap();
+    for (file, code) in [(bad, 4), (dir.path().join("absent.json"), 2)] {
+        let out = bin()
+            .arg("--db")
+            .arg(&db)
+            .arg("--inventory")
+            .arg(&inv)
+            .args(["measurements", "import"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_exit(&out, code);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&*file.to_string_lossy()),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
