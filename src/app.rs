@@ -208,7 +208,7 @@ impl Sources {
 }
 
 /// The exit code and hint of a store error: the file's fault is 4, the environment's 1.
-fn store_failure(e: crate::store::StoreError) -> Failure {
+pub fn store_failure(e: crate::store::StoreError) -> Failure {
     let path = e.path().display().to_string();
     if e.is_invalid_file() {
         Failure::new(exit::INVALID_INPUT, e).hint(format!(

@@ -103,6 +103,37 @@ fn an_imported_run_is_what_resolve_reports() {
     assert_exit(&out, 0);
     let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(done["rows"].as_array().unwrap().len(), 4);
+    let out = bin()
+        .arg("--db")
+        .arg(&db)
+        .args(["measurements", "list", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let metrics: Vec<(&str, i64)> = listed
+        .iter()
+        .map(|r| {
+            (
+                r["metric"].as_str().unwrap(),
+                r["threads"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        metrics,
+        [
+            ("prefill_tokens_per_s", 1),
+            ("decode_tokens_per_s", 1),
+            ("prefill_tokens_per_s", 2),
+            ("decode_tokens_per_s", 2)
+        ]
+    );
+    assert!(
+        listed
+            .iter()
+            .all(|r| r["status"] == "complete" && r["gpu_layers"] == 0)
+    );
     let resolve = || {
         bin()
             .arg("--db")

@@ -119,6 +119,11 @@ enum RawMeasurementsCommand {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// List every recorded measurement with its run, device, model, metric and shape.
+    List {
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
 }
 
 /// How a command renders its result on stdout.
@@ -146,6 +151,7 @@ enum Command {
     ProfilesShow(String, OutputFormat),
     Schema(String),
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
+    MeasurementsList(OutputFormat),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
 }
@@ -176,6 +182,9 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
                     format,
                 },
         } => Command::MeasurementsImport(file, model, format),
+        RawCommand::Measurements {
+            command: RawMeasurementsCommand::List { format },
+        } => Command::MeasurementsList(format),
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Schema { name } => {
@@ -275,6 +284,35 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
                     t
                 }
                 f => render(&done, f)?,
+            };
+            write_stdout(&text)
+        }
+        Command::MeasurementsList(format) => {
+            let rows = common.store()?.list().map_err(crate::app::store_failure)?;
+            let text = match format {
+                OutputFormat::Table => {
+                    let mut t = format!(
+                        "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14} {:>3} {:>5}\n",
+                        "row", "run", "status", "tool", "device", "metric", "value", "t", "ngl"
+                    );
+                    let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+                    for r in &rows {
+                        t.push_str(&format!(
+                            "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14.3} {:>3} {:>5}\n",
+                            r.row,
+                            r.run,
+                            r.status,
+                            r.tool,
+                            r.device_profile,
+                            r.metric,
+                            r.value,
+                            opt(r.threads),
+                            opt(r.gpu_layers)
+                        ));
+                    }
+                    t
+                }
+                f => render(&rows, f)?,
             };
             write_stdout(&text)
         }

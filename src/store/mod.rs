@@ -787,6 +787,75 @@ impl Store {
     }
 }
 
+/// A measurement as `measurements list` shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Listed {
+    pub row: i64,
+    pub run: i64,
+    pub tool: String,
+    pub runtime: String,
+    /// `complete` or `incomplete` (ignored by plans).
+    pub status: String,
+    pub device_profile: String,
+    pub device_name: String,
+    /// The model's fingerprint; absent for a device figure that holds for every model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub metric: String,
+    pub value: f64,
+    pub unit: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequences: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_layers: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ubatch: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_type: Option<String>,
+}
+
+impl Store {
+    /// Every measurement, oldest first, with its run and device (one read transaction).
+    pub fn list(&self) -> Result<Vec<Listed>, StoreError> {
+        let e = classify(&self.path);
+        let _snapshot = self.conn.unchecked_transaction().map_err(&e)?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT m.id, r.id, r.tool, r.runtime, r.status, d.profile, d.name, o.fingerprint, m.metric, \
+                 m.value, m.unit, m.threads, m.sequences, m.gpu_layers, m.ubatch, m.kv_type \
+                 FROM measurement m JOIN run r ON r.id = m.run_id JOIN device d ON d.id = m.device_id \
+                 LEFT JOIN model o ON o.id = m.model_id ORDER BY m.id",
+            )
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Listed {
+                    row: r.get(0)?,
+                    run: r.get(1)?,
+                    tool: r.get(2)?,
+                    runtime: r.get(3)?,
+                    status: r.get(4)?,
+                    device_profile: r.get(5)?,
+                    device_name: r.get(6)?,
+                    model: r.get(7)?,
+                    metric: r.get(8)?,
+                    value: r.get(9)?,
+                    unit: r.get(10)?,
+                    threads: r.get(11)?,
+                    sequences: r.get(12)?,
+                    gpu_layers: r.get(13)?,
+                    ubatch: r.get(14)?,
+                    kv_type: r.get(15)?,
+                })
+            })
+            .map_err(&e)?;
+        rows.collect::<Result<_, _>>().map_err(&e)
+    }
+}
+
 /// One measurement row as read.
 struct Row {
     id: i64,
