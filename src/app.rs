@@ -508,30 +508,33 @@ fn estimate_machine(
     })
 }
 
-/// Largest llama-bench output `measurements import` reads: a sweep's results are kilobytes.
+/// Largest file `measurements import` reads: a llama-bench sweep's results are kilobytes, and an export of
+/// every measurement a fleet made stays within it.
 pub const MAX_IMPORT_BYTES: u64 = 64 << 20;
 
 /// What an import recorded.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Imported {
     pub file: String,
-    pub run: i64,
-    /// Measurement row ids written.
+    /// Runs written.
+    pub runs: Vec<i64>,
+    /// Measurement row ids written (for an export, the count of lines recorded).
     pub rows: Vec<i64>,
     /// Results not recorded, and why.
     pub skipped: Vec<String>,
 }
 
-/// `measurements import FILE`: a `llama-bench` output (JSON, JSON lines, CSV or SQL) recorded as one complete run
+/// `measurements import FILE`: another store's export (merged, idempotently), or a `llama-bench` output (JSON,
+/// JSON lines, CSV or SQL) recorded as one complete run
 /// against this machine's devices (probe or `--inventory`) and the model each row names (or `model`, when the
 /// file was moved). The run is written incomplete first and finished last, so an interrupted import leaves
 /// nothing a plan uses.
-pub fn import_llama_bench(
+pub fn import_measurements(
     sources: &Sources,
     file: &Path,
     model: Option<&Path>,
 ) -> Result<Imported, Failure> {
-    let text = crate::input::read_text_bounded(file, MAX_IMPORT_BYTES, "llama-bench output")
+    let text = crate::input::read_text_bounded(file, MAX_IMPORT_BYTES, "measurements file")
         .map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 exit::USAGE
@@ -542,6 +545,11 @@ pub fn import_llama_bench(
             };
             Failure::new(code, anyhow::anyhow!("{}: {e}", file.display()))
         })?;
+    // `measurements export` lines carry a metric; llama-bench's results an avg_ts.
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v.get("metric").is_some()) {
+        return import_export(sources, file, &text);
+    }
     let rows = crate::calibrate::llama_bench::parse(&text).map_err(|e| {
         Failure::new(
             exit::INVALID_INPUT,
@@ -610,8 +618,63 @@ pub fn import_llama_bench(
     store.finish_run(run, &finished).map_err(store_failure)?;
     Ok(Imported {
         file: file.display().to_string(),
-        run: run.0,
+        runs: vec![run.0],
         rows: ids,
         skipped,
+    })
+}
+
+/// Lines of `measurements export`, merged into this store (idempotent: runs already here are skipped).
+fn import_export(sources: &Sources, file: &Path, text: &str) -> Result<Imported, Failure> {
+    let lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str::<crate::store::Exported>(l).map_err(|e| {
+                Failure::new(
+                    exit::INVALID_INPUT,
+                    anyhow::anyhow!("{}: line {}: {e}", file.display(), i + 1),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some((i, l)) = lines.iter().enumerate().find(|(_, l)| {
+        serde_json::from_value::<crate::profile::RuntimeId>(serde_json::Value::String(
+            l.run.runtime.clone(),
+        ))
+        .is_err()
+    }) {
+        return Err(Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!(
+                "{}: measurement {}: runtime {:?} is not one this build knows",
+                file.display(),
+                i + 1,
+                l.run.runtime
+            ),
+        ));
+    }
+    if let Some((i, l)) = lines.iter().enumerate().find(|(_, l)| !l.value.is_finite()) {
+        return Err(Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!(
+                "{}: measurement {}: {} is not finite",
+                file.display(),
+                i + 1,
+                l.value
+            ),
+        ));
+    }
+    let store = sources.store()?;
+    let (runs, rows, skipped) = store.import(&lines).map_err(store_failure)?;
+    Ok(Imported {
+        file: file.display().to_string(),
+        rows,
+        skipped: (skipped > 0)
+            .then(|| format!("{skipped} run(s) already in the store"))
+            .into_iter()
+            .collect(),
+        runs: runs.into_iter().map(|r| r.0).collect(),
     })
 }

@@ -188,3 +188,74 @@ fn an_imported_run_is_what_resolve_reports() {
         );
     }
 }
+
+/// `measurements export` writes every complete run as JSON lines; importing them into another store merges
+/// them with their host, run and shape, a second import adds nothing, and the second store exports the same
+/// lines. A line with an unknown key, a non-finite value or an unknown runtime is refused naming the file.
+#[test]
+fn exports_merge_into_another_store_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
+    let inv = fixture("llama-bench/inventory-epyc-milan-2vcpu.yaml");
+    let cmd = |db: &std::path::Path| {
+        let mut c = bin();
+        c.arg("--db")
+            .arg(db)
+            .arg("--inventory")
+            .arg(&inv)
+            .current_dir(common::root());
+        c
+    };
+    let out = cmd(&a)
+        .args(["measurements", "import"])
+        .arg(fixture("llama-bench/outputs/tiny-q4_k_m-cpu.jsonl"))
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let out = cmd(&a).args(["measurements", "export"]).output().unwrap();
+    assert_exit(&out, 0);
+    let exported = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(exported.lines().count(), 4);
+    let file = dir.path().join("a.jsonl");
+    std::fs::write(&file, &exported).unwrap();
+    let import = |db: &std::path::Path, f: &std::path::Path| {
+        cmd(db)
+            .args(["measurements", "import", "--format", "json"])
+            .arg(f)
+            .output()
+            .unwrap()
+    };
+    let out = import(&b, &file);
+    assert_exit(&out, 0);
+    let first: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(first["rows"].as_array().unwrap().len(), 4);
+    let out = import(&b, &file);
+    assert_exit(&out, 0);
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(again["rows"].as_array().unwrap().is_empty(), "{again}");
+    let out = cmd(&b).args(["measurements", "export"]).output().unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), exported);
+
+    let line = exported.lines().next().unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["surprise"] = 1.into();
+    let mut nan =
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(line).unwrap()).unwrap();
+    nan = nan.replacen("\"value\":", "\"value\":1e999,\"x\":", 1);
+    let mut runtime: serde_json::Value = serde_json::from_str(line).unwrap();
+    runtime["run"]["runtime"] = "tensorrt".into();
+    for (i, text) in [v.to_string(), nan, runtime.to_string()]
+        .into_iter()
+        .enumerate()
+    {
+        let bad = dir.path().join(format!("bad{i}.jsonl"));
+        std::fs::write(&bad, text).unwrap();
+        let out = import(&b, &bad);
+        assert_eq!(out.status.code(), Some(4), "case {i}: {:?}", out.status);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&*bad.to_string_lossy()),
+            "case {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

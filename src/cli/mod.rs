@@ -73,7 +73,8 @@ enum RawCommand {
     /// Estimate llama.cpp's memory per device (weights, repacked copies, KV cache, compute and output
     /// buffers, runtime overhead) for a model and llama.cpp's own flags. Paste your llama.cpp flags.
     Estimate(estimate::RawEstimate),
-    /// Record measurements in the store: `import FILE` reads a llama-bench output (-o json, jsonl, csv or sql).
+    /// The measurement store: `import FILE` records a llama-bench output (-o json, jsonl, csv or sql) or another
+    /// store's export; `export` writes this one's as JSON lines; `list` shows what it holds.
     Measurements {
         #[command(subcommand)]
         command: RawMeasurementsCommand,
@@ -108,7 +109,8 @@ enum RawProfilesCommand {
 
 #[derive(Debug, Subcommand)]
 enum RawMeasurementsCommand {
-    /// Import a llama-bench output as one complete run on this machine (or --inventory): prompt tests become
+    /// Import another store's `measurements export` (idempotent), or a llama-bench output as one complete run on
+    /// this machine (or --inventory): prompt tests become
     /// prefill tokens/s, generation tests decode tokens/s, for the model each row names, with the threads,
     /// batch, micro-batch, -ngl and KV type they ran at. `resolve` then reports them as measured.
     Import {
@@ -119,6 +121,9 @@ enum RawMeasurementsCommand {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// Write every measurement of every complete run as JSON lines (host, run, device, model, shape), for
+    /// `measurements import` on another machine.
+    Export,
     /// List every recorded measurement with its run, device, model, metric and shape.
     List {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
@@ -152,6 +157,7 @@ enum Command {
     Schema(String),
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
     MeasurementsList(OutputFormat),
+    MeasurementsExport,
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
 }
@@ -185,6 +191,9 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Measurements {
             command: RawMeasurementsCommand::List { format },
         } => Command::MeasurementsList(format),
+        RawCommand::Measurements {
+            command: RawMeasurementsCommand::Export,
+        } => Command::MeasurementsExport,
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Schema { name } => {
@@ -263,13 +272,17 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::ProfilesList(format) => profiles::list(&common, format),
         Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
         Command::MeasurementsImport(file, model, format) => {
-            let done = crate::app::import_llama_bench(&common, &file, model.as_deref())?;
+            let done = crate::app::import_measurements(&common, &file, model.as_deref())?;
             let text = match format {
                 OutputFormat::Table => {
                     let mut t = format!(
-                        "{}: run {}, {} measurement{} recorded (rows {})\n",
+                        "{}: run(s) {}, {} measurement{} recorded (rows {})\n",
                         done.file,
-                        done.run,
+                        done.runs
+                            .iter()
+                            .map(i64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         done.rows.len(),
                         if done.rows.len() == 1 { "" } else { "s" },
                         done.rows
@@ -285,6 +298,20 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
                 }
                 f => render(&done, f)?,
             };
+            write_stdout(&text)
+        }
+        Command::MeasurementsExport => {
+            let lines = common
+                .store()?
+                .export()
+                .map_err(crate::app::store_failure)?;
+            let mut text = String::new();
+            for l in &lines {
+                text.push_str(
+                    &serde_json::to_string(l).map_err(|e| Failure::new(exit::RUNTIME, e))?,
+                );
+                text.push('\n');
+            }
             write_stdout(&text)
         }
         Command::MeasurementsList(format) => {
