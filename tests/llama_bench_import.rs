@@ -259,3 +259,91 @@ fn exports_merge_into_another_store_once() {
         );
     }
 }
+
+/// An import killed with SIGKILL at any point leaves a database that passes `PRAGMA integrity_check` and whose
+/// interrupted runs are never evidence: 20 imports of a long llama-bench file, each killed after a different
+/// delay, then the rows a plan may use are exactly those of complete runs.
+#[test]
+fn imports_killed_midway_leave_no_usable_partial_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k.db");
+    let inv = fixture("llama-bench/inventory-epyc-milan-2vcpu.yaml");
+    // 3,000 generation results at varied thread counts, from the committed output's shape.
+    let one: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(fixture("llama-bench/outputs/tiny-q4_k_m-cpu.jsonl"))
+            .unwrap()
+            .lines()
+            .nth(1)
+            .unwrap(),
+    )
+    .unwrap();
+    let mut text = String::new();
+    for i in 0..3000u64 {
+        let mut r = one.clone();
+        r["n_threads"] = (1 + i % 64).into();
+        r["avg_ts"] = (100.0 + i as f64).into();
+        r["test_time"] = format!("2026-11-23T00:00:{:02}Z", i % 60).into();
+        text.push_str(&r.to_string());
+        text.push('\n');
+    }
+    let file = dir.path().join("long.jsonl");
+    std::fs::write(&file, text).unwrap();
+    let import = || {
+        let mut c = bin();
+        c.arg("--db")
+            .arg(&db)
+            .arg("--inventory")
+            .arg(&inv)
+            .args(["measurements", "import"])
+            .arg(&file)
+            .current_dir(common::root())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c
+    };
+    for i in 0..20u64 {
+        let mut child = import().spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20 + 37 * i));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    // And one that finishes: its rows are the evidence.
+    assert!(import().status().unwrap().success());
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+    let incomplete: i64 = c
+        .query_row(
+            "SELECT count(*) FROM run WHERE status = 'incomplete'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        incomplete >= 1,
+        "no import was interrupted; lengthen the file"
+    );
+    let complete_rows: std::collections::BTreeSet<i64> = c
+        .prepare(
+            "SELECT m.id FROM measurement m JOIN run r ON r.id = m.run_id WHERE r.status = 'complete'",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let store = optimizer::store::Store::open(&db).unwrap();
+    let profile = "cpu-x86-64-avx2-ddr4-dual-channel".to_string();
+    let fingerprint: String = c
+        .query_row("SELECT fingerprint FROM model LIMIT 1", [], |r| r.get(0))
+        .unwrap_or_default();
+    let ev = store.evidence(&[profile], &fingerprint).unwrap();
+    assert!(
+        ev.throughput.iter().all(|t| complete_rows.contains(&t.row)),
+        "a row of an interrupted run is evidence"
+    );
+    assert!(complete_rows.len() >= 3000, "{}", complete_rows.len());
+    assert_eq!(ev.throughput.len(), complete_rows.len());
+}
