@@ -678,3 +678,218 @@ fn import_export(sources: &Sources, file: &Path, text: &str) -> Result<Imported,
         runs: runs.into_iter().map(|r| r.0).collect(),
     })
 }
+
+/// What a deployment really did, as `observe` records it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    /// Decode tokens per second over all its sequences.
+    TokensPerS(f64),
+    /// The most memory the engine took on one of its devices.
+    PeakMemory { device: String, bytes: u64 },
+    /// It ran out of memory on one of its devices.
+    OutOfMemory { device: String },
+}
+
+/// Largest deployment document `observe` reads.
+pub const MAX_DEPLOYMENT_BYTES: u64 = 16 << 20;
+
+/// Seconds since the Unix epoch as RFC 3339 UTC (`2026-11-22T23:59:59Z`), by the civil-from-days algorithm
+/// (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms").
+pub fn rfc3339(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `observe`: records what a planned deployment really did against its device and model, in the shape it ran
+/// at, so the next `resolve` for that device and model uses it: a decode rate as a measured throughput, a peak
+/// above the estimate (or an out-of-memory, recorded as needing more than the device had) as extra reserve.
+pub fn observe(
+    sources: &Sources,
+    deployment: &Path,
+    what: &Observation,
+) -> Result<Vec<i64>, Failure> {
+    use crate::store::{
+        DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, Shape,
+    };
+    let text = crate::input::read_text_bounded(deployment, MAX_DEPLOYMENT_BYTES, "deployment")
+        .map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                exit::USAGE
+            } else if crate::input::is_invalid_input(&e) {
+                exit::INVALID_INPUT
+            } else {
+                exit::RUNTIME
+            };
+            Failure::new(code, anyhow::anyhow!("{}: {e}", deployment.display()))
+        })?;
+    let d: Deployment = serde_yaml_ng::from_str(&text).map_err(|e| {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!(
+                "{}: not an {} deployment document: {e}",
+                deployment.display(),
+                crate::emit::API_VERSION
+            ),
+        )
+        .hint("observe reads the document `optimizer resolve` wrote for the deployment")
+    })?;
+    let Some(s) = d.settings.llama_cpp() else {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("{}: not a llama.cpp plan", deployment.display()),
+        ));
+    };
+    let usage = |m: String| {
+        Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("{}: {m}", deployment.display()),
+        )
+    };
+    let profile_of = |device: &str| -> Option<(String, String)> {
+        if device == "cpu" {
+            Some((d.hardware.cpu.profile.clone(), d.hardware.cpu.model.clone()))
+        } else {
+            d.hardware
+                .gpus
+                .iter()
+                .find(|g| g.device == device && g.used)
+                .map(|g| (g.profile.clone(), g.name.clone()))
+        }
+    };
+    let used: Vec<&str> = d
+        .hardware
+        .gpus
+        .iter()
+        .filter(|g| g.used)
+        .map(|g| g.device.as_str())
+        .collect();
+    let (device, metric, value, context) = match what {
+        Observation::TokensPerS(x) => {
+            if !(x.is_finite() && *x > 0.0) {
+                return Err(usage(format!("--tokens-per-s {x}: a positive number")));
+            }
+            let device = match used.as_slice() {
+                [] => "cpu".to_string(),
+                [one] => one.to_string(),
+                many => {
+                    return Err(usage(format!(
+                        "the deployment uses {} GPUs ({}); a throughput is recorded against one device",
+                        many.len(),
+                        many.join(", ")
+                    )));
+                }
+            };
+            (device, "decode_tokens_per_s", *x, serde_json::json!({}))
+        }
+        Observation::PeakMemory { device, .. } | Observation::OutOfMemory { device }
+            if !d.memory.devices.iter().any(|m| &m.device == device) =>
+        {
+            return Err(usage(format!(
+                "--device {device}: the deployment has memory on {}",
+                d.memory
+                    .devices
+                    .iter()
+                    .map(|m| m.device.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Observation::PeakMemory { device, bytes } => {
+            let m = d.memory.devices.iter().find(|m| &m.device == device);
+            let estimated = m.map_or(0, |m| m.total_bytes);
+            (
+                device.clone(),
+                "peak_memory_bytes",
+                *bytes as f64,
+                serde_json::json!({ "device": device, "estimated_bytes": estimated }),
+            )
+        }
+        Observation::OutOfMemory { device } => {
+            let m = d.memory.devices.iter().find(|m| &m.device == device);
+            let (estimated, capacity) = m.map_or((0, 0), |m| (m.total_bytes, m.capacity_bytes));
+            // It needed more than the device had free: a lower bound of the peak.
+            (
+                device.clone(),
+                "peak_memory_bytes",
+                capacity.saturating_add(1) as f64,
+                serde_json::json!({ "device": device, "estimated_bytes": estimated, "oom": true }),
+            )
+        }
+    };
+    let (profile, name) = profile_of(&device)
+        .ok_or_else(|| usage(format!("{device}: the deployment does not use this device")))?;
+    let store = sources.store()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.as_secs());
+    let run = store
+        .begin_run(&NewRun {
+            tool: "observe".into(),
+            runtime: d.runtime.id,
+            runtime_version: Some(d.runtime.version.clone()),
+            started_at: rfc3339(now),
+            settings: serde_json::to_string(&d.settings).unwrap_or_default(),
+            host: HostIdentity {
+                cpu_model: d.hardware.cpu.model.clone(),
+                physical_cores: d.hardware.cpu.physical_cores,
+                memory_total_bytes: d.hardware.memory_total_bytes,
+                hostname: String::new(),
+            },
+        })
+        .map_err(store_failure)?;
+    let row = store
+        .record(
+            run,
+            &NewMeasurement {
+                device: DeviceIdentity {
+                    profile,
+                    name,
+                    uuid: None,
+                },
+                model: Some(ModelIdentity {
+                    fingerprint: d.model.fingerprint.clone(),
+                    architecture: d.model.architecture.clone(),
+                    tensor_bytes: d.model.tensor_bytes,
+                }),
+                metric: metric.into(),
+                value,
+                unit: if metric == "peak_memory_bytes" {
+                    "bytes"
+                } else {
+                    "tokens/s"
+                }
+                .into(),
+                shape: Shape {
+                    context_tokens: Some(s.context_length),
+                    batch: Some(s.batch_size),
+                    ubatch: Some(s.ubatch_size),
+                    sequences: Some(s.parallel),
+                    threads: Some(s.threads),
+                    gpu_layers: Some(s.gpu_layers),
+                    kv_type: Some(s.cache_type_k.clone()),
+                    ..Shape::default()
+                },
+                context: context.to_string(),
+            },
+        )
+        .map_err(store_failure)?;
+    store
+        .finish_run(run, &rfc3339(now))
+        .map_err(store_failure)?;
+    Ok(vec![row])
+}

@@ -60,8 +60,19 @@ pub struct PeakMemory {
     pub device_profile: String,
     pub runtime: RuntimeId,
     pub bytes: u64,
-    /// The run's settings as recorded (JSON).
+    /// What the memory model estimated for that device in that configuration, when the row says (an
+    /// observation of a planned deployment records it): the excess is what the model missed.
+    pub estimated_bytes: Option<u64>,
+    /// The measurement's conditions as recorded (JSON).
     pub context: String,
+}
+
+impl PeakMemory {
+    /// Bytes the engine used beyond the estimate (0 when the estimate held or none was recorded).
+    pub fn excess(&self) -> u64 {
+        self.estimated_bytes
+            .map_or(0, |e| self.bytes.saturating_sub(e))
+    }
 }
 
 /// Everything the store returned for one plan.

@@ -466,8 +466,9 @@ impl Fleet {
         ids
     }
 
-    /// Replaces rule efficiencies with those the store measured for the same device profile and runtime: the
-    /// newest row wins, and the efficiency cites it.
+    /// Replaces rule efficiencies with those the store measured for the same device profile and runtime (the
+    /// newest row wins, and the efficiency cites it), and widens reserves by observed peaks the memory model
+    /// under-estimated.
     pub fn apply(&mut self, evidence: &Evidence) {
         let pick = |profile: &str, phase: Phase| -> Option<Efficiency> {
             evidence
@@ -484,6 +485,37 @@ impl Fleet {
                     row: Some(m.row),
                 })
         };
+        // Observed peaks above the memory model's estimate for this model on a device class: keep the largest
+        // excess free on every device of that class, so the next plan leaves the room the engine really took.
+        let margin = |profile: &str| {
+            evidence
+                .peak_memory
+                .iter()
+                .filter(|m| {
+                    m.device_profile == profile && m.runtime == self.runtime && m.excess() > 0
+                })
+                .max_by_key(|m| m.excess())
+        };
+        for g in &mut self.gpus {
+            if let Some(m) = margin(&g.profile) {
+                g.reserve_bytes = g.reserve_bytes.saturating_add(m.excess());
+                g.reserve_rules.push(format!(
+                    "store row {}: observed {} bytes, {} over the estimate",
+                    m.row,
+                    m.bytes,
+                    m.excess()
+                ));
+            }
+        }
+        if let Some(m) = margin(self.host.class_id()) {
+            self.host.reserve_bytes = self.host.reserve_bytes.saturating_add(m.excess());
+            self.host.reserve_rules.push(format!(
+                "store row {}: observed {} bytes, {} over the estimate",
+                m.row,
+                m.bytes,
+                m.excess()
+            ));
+        }
         let host_class = self.host.class_id().to_string();
         if let Some(e) = pick(&host_class, Phase::Decode) {
             self.host.decode = Some(e);

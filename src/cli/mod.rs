@@ -79,6 +79,26 @@ enum RawCommand {
         #[command(subcommand)]
         command: RawMeasurementsCommand,
     },
+    /// Record what a deployment really did, so the next `resolve` for its device and model uses it: its decode
+    /// rate (measured throughput), a memory peak on one device (extra reserve where it beat the estimate), or an
+    /// out-of-memory on one device.
+    Observe {
+        /// The document `optimizer resolve` wrote for the deployment.
+        #[arg(long)]
+        deployment: PathBuf,
+        /// Decode tokens per second over all its sequences.
+        #[arg(long, conflicts_with_all = ["peak_memory_bytes", "oom"])]
+        tokens_per_s: Option<f64>,
+        /// The most memory the engine took on --device, in bytes.
+        #[arg(long, requires = "device", conflicts_with = "oom")]
+        peak_memory_bytes: Option<u64>,
+        /// The engine ran out of memory on --device.
+        #[arg(long, requires = "device")]
+        oom: bool,
+        /// The device of --peak-memory-bytes or --oom, as the document names it (cpu, cuda:0).
+        #[arg(long)]
+        device: Option<String>,
+    },
     /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
@@ -158,6 +178,7 @@ enum Command {
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
     MeasurementsList(OutputFormat),
     MeasurementsExport,
+    Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
 }
@@ -194,6 +215,31 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Measurements {
             command: RawMeasurementsCommand::Export,
         } => Command::MeasurementsExport,
+        RawCommand::Observe {
+            deployment,
+            tokens_per_s,
+            peak_memory_bytes,
+            oom,
+            device,
+        } => {
+            use crate::app::Observation;
+            let what = match (tokens_per_s, peak_memory_bytes, oom, device) {
+                (Some(x), None, false, None) => Observation::TokensPerS(x),
+                (None, Some(bytes), false, Some(device)) => {
+                    Observation::PeakMemory { device, bytes }
+                }
+                (None, None, true, Some(device)) => Observation::OutOfMemory { device },
+                _ => {
+                    return Err(Failure::new(
+                        exit::USAGE,
+                        anyhow::anyhow!(
+                            "observe needs one of --tokens-per-s X, --peak-memory-bytes N --device D, --oom --device D"
+                        ),
+                    ));
+                }
+            };
+            Command::Observe(deployment, what)
+        }
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Schema { name } => {
@@ -299,6 +345,17 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
                 f => render(&done, f)?,
             };
             write_stdout(&text)
+        }
+        Command::Observe(deployment, what) => {
+            let rows = crate::app::observe(&common, &deployment, &what)?;
+            write_stdout(&format!(
+                "{}: recorded as row {}\n",
+                deployment.display(),
+                rows.iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
         }
         Command::MeasurementsExport => {
             let lines = common

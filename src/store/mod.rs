@@ -952,11 +952,15 @@ impl Row {
             && !self.any_model
             && self.value < 2f64.powi(63)
         {
+            let estimated_bytes = serde_json::from_str::<serde_json::Value>(&self.context)
+                .ok()
+                .and_then(|v| v.get("estimated_bytes").and_then(serde_json::Value::as_u64));
             ev.peak_memory.push(PeakMemory {
                 row: self.id,
                 device_profile: self.profile,
                 runtime,
                 bytes: self.value as u64,
+                estimated_bytes,
                 context: self.context,
             });
         }

@@ -148,12 +148,30 @@ impl LlamaCpp<'_> {
             "the placement that scores best and fits, by the llama.cpp memory model".into(),
         );
         let host = &self.req.fleet.host;
+        // A reserve widened by an observed peak is measured; one from the rule tables alone is a rule.
+        let source = |rules: &[String]| {
+            if rules.iter().any(|r| r.starts_with("store row")) {
+                Source::Measured
+            } else {
+                Source::Rule
+            }
+        };
         if !host.reserve_rules.is_empty() {
             put(
                 "memory.reserve.cpu",
-                Source::Rule,
+                source(&host.reserve_rules),
                 host.reserve_rules.join(", "),
             );
+        }
+        for &i in &p.gpus {
+            let g = self.gpus[i];
+            if g.reserve_rules.iter().any(|r| r.starts_with("store row")) {
+                put(
+                    &format!("memory.reserve.{}", g.id),
+                    source(&g.reserve_rules),
+                    g.reserve_rules.join(", "),
+                );
+            }
         }
         for &i in &p.gpus {
             if let Some(note) = &self.gpus[i].capacity_note {
