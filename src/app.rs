@@ -47,18 +47,37 @@ impl Failure {
     }
 }
 
+/// The exit code of an I/O error on an input file: a missing file is a usage error (2); a FIFO, a device or a
+/// directory where a file belongs is the input's fault (4); anything else is the environment's (1).
+pub fn io_exit_code(e: &std::io::Error) -> u8 {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        exit::USAGE
+    } else if crate::input::is_invalid_input(e) {
+        exit::INVALID_INPUT
+    } else {
+        exit::RUNTIME
+    }
+}
+
+/// An input text file read with its bound, its I/O failure classified by [`io_exit_code`] and naming the file.
+fn read_input(path: &Path, limit: u64, kind: &'static str) -> Result<String, Failure> {
+    crate::input::read_text_bounded(path, limit, kind)
+        .map_err(|e| Failure::new(io_exit_code(&e), anyhow::anyhow!("{}: {e}", path.display())))
+}
+
 impl From<crate::model::ModelError> for Failure {
     fn from(e: crate::model::ModelError) -> Self {
         use crate::model::ModelError;
         match &e {
-            ModelError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                Failure::new(exit::USAGE, e).hint("check the path to the model")
+            ModelError::Io { source, .. } => {
+                let code = io_exit_code(source);
+                let f = Failure::new(code, e);
+                if code == exit::USAGE {
+                    f.hint("check the path to the model")
+                } else {
+                    f
+                }
             }
-            // A FIFO, a device or a directory where a model file belongs: the input is wrong, not the system.
-            ModelError::Io { source, .. } if crate::input::is_invalid_input(source) => {
-                Failure::new(exit::INVALID_INPUT, e)
-            }
-            ModelError::Io { .. } => Failure::new(exit::RUNTIME, e),
             ModelError::Invalid { .. } | ModelError::InvalidModel { .. } => {
                 Failure::new(exit::INVALID_INPUT, e)
             }
@@ -312,13 +331,15 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
 fn cluster_node(path: &Path) -> Result<(Inventory, u32), Failure> {
     use crate::hardware::InventoryError;
     let cluster = crate::hardware::load_cluster(path).map_err(|e| match &e {
-        InventoryError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            Failure::new(exit::USAGE, e).hint("check the cluster path")
+        InventoryError::Io { source, .. } => {
+            let code = io_exit_code(source);
+            let f = Failure::new(code, e);
+            if code == exit::USAGE {
+                f.hint("check the cluster path")
+            } else {
+                f
+            }
         }
-        InventoryError::Io { source, .. } if crate::input::is_invalid_input(source) => {
-            Failure::new(exit::INVALID_INPUT, e)
-        }
-        InventoryError::Io { .. } => Failure::new(exit::RUNTIME, e),
         InventoryError::Invalid { .. } => Failure::new(exit::INVALID_INPUT, e)
             .hint("`optimizer schema cluster` prints the cluster schema"),
     })?;
@@ -534,17 +555,7 @@ pub fn import_measurements(
     file: &Path,
     model: Option<&Path>,
 ) -> Result<Imported, Failure> {
-    let text = crate::input::read_text_bounded(file, MAX_IMPORT_BYTES, "measurements file")
-        .map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                exit::USAGE
-            } else if crate::input::is_invalid_input(&e) {
-                exit::INVALID_INPUT
-            } else {
-                exit::RUNTIME
-            };
-            Failure::new(code, anyhow::anyhow!("{}: {e}", file.display()))
-        })?;
+    let text = read_input(file, MAX_IMPORT_BYTES, "measurements file")?;
     // `measurements export` lines carry a metric; llama-bench's results an avg_ts.
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     if serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v.get("metric").is_some()) {
@@ -726,17 +737,7 @@ pub fn observe(
     use crate::store::{
         DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, Shape,
     };
-    let text = crate::input::read_text_bounded(deployment, MAX_DEPLOYMENT_BYTES, "deployment")
-        .map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                exit::USAGE
-            } else if crate::input::is_invalid_input(&e) {
-                exit::INVALID_INPUT
-            } else {
-                exit::RUNTIME
-            };
-            Failure::new(code, anyhow::anyhow!("{}: {e}", deployment.display()))
-        })?;
+    let text = read_input(deployment, MAX_DEPLOYMENT_BYTES, "deployment")?;
     let d: Deployment = serde_yaml_ng::from_str(&text).map_err(|e| {
         Failure::new(
             exit::INVALID_INPUT,

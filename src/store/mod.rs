@@ -335,6 +335,36 @@ fn migrate(conn: &mut Connection, path: &Path, quick_check: bool) -> Result<(), 
     tx.commit().map_err(&e)
 }
 
+/// Opens an existing database read-only and inspects it (with a quick check) in one read transaction: outside
+/// one, every statement reads its own snapshot, and a concurrent first run committing its migration between the
+/// version read and the schema read looked like "version 0 with foreign tables" (20 simultaneous first runs,
+/// tests/store.rs). `Ok(None)`: a hot journal left by a crash, which only a read-write connection may roll back
+/// (SQLite's own recovery, restoring the last committed state); the checks then run inside the write lock.
+fn open_inspected(path: &Path) -> Result<Option<(Connection, Found)>, StoreError> {
+    let e = classify(path);
+    let ro = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(&e)?;
+    ro.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
+        .map_err(&e)?;
+    let inspected = ro
+        .unchecked_transaction()
+        .map_err(&e)
+        .and_then(|tx| inspect(&tx, path, true));
+    match inspected {
+        Ok(found) => Ok(Some((ro, found))),
+        Err(StoreError::Unavailable { source, .. })
+            if source.sqlite_extended_error_code()
+                == Some(rusqlite::ffi::SQLITE_READONLY_ROLLBACK) =>
+        {
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
+}
+
 /// An open, migrated store.
 #[derive(Debug)]
 pub struct Store {
@@ -389,31 +419,7 @@ impl Store {
         let busy = Duration::from_millis(BUSY_TIMEOUT_MS);
         // Inspect an existing file read-only, so that a refused one keeps every byte.
         let found = if exists {
-            let ro = Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(&e)?;
-            ro.busy_timeout(busy).map_err(&e)?;
-            // One read transaction for the whole inspection: outside one, every statement reads its own snapshot,
-            // and a concurrent first run committing its migration between the version read and the schema read
-            // looked like "version 0 with foreign tables" (20 simultaneous first runs, tests/store.rs).
-            let inspected = ro
-                .unchecked_transaction()
-                .map_err(&e)
-                .and_then(|tx| inspect(&tx, path, true));
-            match inspected {
-                Ok(found) => Some(found),
-                // A hot journal left by a crash: only a read-write connection may roll it back (SQLite's own
-                // recovery, restoring the last committed state); the checks then run inside the write lock.
-                Err(StoreError::Unavailable { source, .. })
-                    if source.sqlite_extended_error_code()
-                        == Some(rusqlite::ffi::SQLITE_READONLY_ROLLBACK) =>
-                {
-                    None
-                }
-                Err(err) => return Err(err),
-            }
+            open_inspected(path)?.map(|(_, found)| found)
         } else {
             None
         };
@@ -454,29 +460,16 @@ impl Store {
     /// takes [`Store::open`]'s path, which creates, migrates or waits as it always does.
     pub fn open_for_lookup(path: &Path) -> Result<Store, StoreError> {
         if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-            let e = classify(path);
-            let ro = Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(&e)?;
-            ro.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
-                .map_err(&e)?;
-            let inspected = ro
-                .unchecked_transaction()
-                .map_err(&e)
-                .and_then(|tx| inspect(&tx, path, true));
-            match inspected {
-                Ok(found) if found.is_current() => {
+            match open_inspected(path) {
+                Ok(Some((ro, found))) if found.is_current() => {
                     return Ok(Store {
                         conn: ro,
                         path: path.to_path_buf(),
                         read_only: true,
                     });
                 }
-                Ok(_) => {}
                 Err(err @ StoreError::Invalid { .. }) => return Err(err),
-                Err(_) => {}
+                _ => {}
             }
         }
         Store::open(path)
