@@ -496,25 +496,27 @@ impl Fleet {
                 })
                 .max_by_key(|m| m.excess())
         };
-        for g in &mut self.gpus {
-            if let Some(m) = margin(&g.profile) {
-                g.reserve_bytes = g.reserve_bytes.saturating_add(m.excess());
-                g.reserve_rules.push(format!(
+        let widen =
+            |reserve: &mut u64, rules: &mut Vec<String>, m: &crate::evidence::PeakMemory| {
+                *reserve = reserve.saturating_add(m.excess());
+                rules.push(format!(
                     "store row {}: observed {} bytes, {} over the estimate",
                     m.row,
                     m.bytes,
                     m.excess()
                 ));
+            };
+        for g in &mut self.gpus {
+            if let Some(m) = margin(&g.profile) {
+                widen(&mut g.reserve_bytes, &mut g.reserve_rules, m);
             }
         }
         if let Some(m) = margin(self.host.class_id()) {
-            self.host.reserve_bytes = self.host.reserve_bytes.saturating_add(m.excess());
-            self.host.reserve_rules.push(format!(
-                "store row {}: observed {} bytes, {} over the estimate",
-                m.row,
-                m.bytes,
-                m.excess()
-            ));
+            widen(
+                &mut self.host.reserve_bytes,
+                &mut self.host.reserve_rules,
+                m,
+            );
         }
         let host_class = self.host.class_id().to_string();
         if let Some(e) = pick(&host_class, Phase::Decode) {

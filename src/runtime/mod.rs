@@ -96,6 +96,8 @@ pub struct Eval {
     pub prediction: perf::Prediction,
     /// Sequences at which decode turns compute-bound on the slowest-to-saturate device.
     pub knee: f64,
+    /// What the memory model noted about this configuration (for the document's warnings).
+    pub notes: Vec<String>,
 }
 
 impl Eval {

@@ -258,10 +258,7 @@ impl LlamaCpp<'_> {
             launch::kubernetes(host_bytes, threads, &gpu_ids),
         ];
         let mut warnings = self.warnings.clone();
-        if let Ok(est) = llama_cpp::estimate(model, &self.params(p, c.size), &self.machine(&p.gpus))
-        {
-            warnings.extend(est.notes);
-        }
+        warnings.extend(c.eval.notes.iter().cloned());
         Described {
             settings: Settings::LlamaCpp(settings),
             topology,

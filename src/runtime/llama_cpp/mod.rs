@@ -172,25 +172,29 @@ impl<'a> LlamaCpp<'a> {
                 n_layer + 1
             ));
         }
-        for u in &fleet.unused {
-            if u.id.kind == DeviceKind::Sycl {
-                warnings.push(format!(
-                    "gpu {} ({}): not used: llama.cpp reaches {:?} GPUs through its SYCL or Vulkan backends, whose memory this planner does not model",
-                    u.gpu.index, u.gpu.name, u.gpu.vendor
-                ));
-            }
+        // Intel GPUs (SYCL), matched to a profile or not: listed, never planned.
+        let sycl = fleet
+            .unused
+            .iter()
+            .filter(|u| u.id.kind == DeviceKind::Sycl)
+            .map(|u| (u.id.ordinal, u.gpu.name.as_str()))
+            .chain(
+                fleet
+                    .gpus
+                    .iter()
+                    .filter(|g| g.id.kind == DeviceKind::Sycl)
+                    .map(|g| (g.id.ordinal, g.name.as_str())),
+            );
+        for (ordinal, name) in sycl {
+            warnings.push(format!(
+                "gpu {ordinal} ({name}): not used: llama.cpp reaches Intel GPUs through its SYCL or Vulkan backends, whose memory this planner does not model"
+            ));
         }
         let drivable: Vec<&FleetGpu> = fleet
             .gpus
             .iter()
             .filter(|g| g.id.kind != DeviceKind::Sycl)
             .collect();
-        for g in fleet.gpus.iter().filter(|g| g.id.kind == DeviceKind::Sycl) {
-            warnings.push(format!(
-                "gpu {} ({}): not used: llama.cpp reaches Intel GPUs through its SYCL or Vulkan backends, whose memory this planner does not model",
-                g.id.ordinal, g.name
-            ));
-        }
         for g in drivable.iter().filter(|g| g.id.kind == DeviceKind::Rocm) {
             warnings.push(format!(
                 "gpu {} ({}): planned for llama.cpp's HIP (ROCm) backend, whose buffers are allocated as CUDA's are; modelled from the CUDA path, not measured on ROCm",
@@ -564,6 +568,7 @@ impl Runtime for LlamaCpp<'_> {
                 time_per_output_token_ms: f64::INFINITY,
             },
             knee: 0.0,
+            notes: Vec::new(),
         };
         let est = match llama_cpp::estimate(self.req.model, &params, &machine) {
             Ok(e) => e,
@@ -670,6 +675,7 @@ impl Runtime for LlamaCpp<'_> {
             ladder_overflow,
             prediction,
             knee,
+            notes: est.notes,
         })
     }
 
