@@ -894,3 +894,175 @@ pub fn observe(
         .map_err(store_failure)?;
     Ok(vec![row])
 }
+
+/// What `optimizer calibrate` is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CalibrateRequest {
+    /// The short sweep (1 thread and all cores, 3 short repetitions): under a minute on 2 cores.
+    pub quick: bool,
+    /// Limit the dot products to the weight types this model uses, at its layer shape.
+    pub model: Option<PathBuf>,
+}
+
+/// One recorded figure of a calibration.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CalibratedFigure {
+    pub row: i64,
+    pub what: String,
+    pub metric: String,
+    pub threads: u32,
+    pub value: f64,
+    pub unit: String,
+    /// Lowest and highest repetition.
+    pub min: f64,
+    pub max: f64,
+}
+
+/// What a calibration recorded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Calibrated {
+    pub run: i64,
+    /// The store's device key: the CPU class profile and the CPU's name.
+    pub device_profile: String,
+    pub device_name: String,
+    pub isa: String,
+    pub figures: Vec<CalibratedFigure>,
+    /// The fewest threads whose read bandwidth is within [`SATURATION_SHARE`] of the most measured.
+    pub bandwidth_saturates_at_threads: Option<u32>,
+    pub failed: Vec<String>,
+    /// Ctrl-C: the steps after the last recorded one did not run.
+    pub stopped: bool,
+    pub notes: Vec<String>,
+    pub seconds: f64,
+}
+
+/// Read bandwidth counts as saturated at 90 % of the most any thread count reached.
+pub const SATURATION_SHARE: f64 = 0.9;
+
+/// Measures this CPU with `bench` (the real loops, or a mock in tests) and records every figure as it finishes
+/// in one `calibrate` run; the run is marked complete at the end, also when `stop` cut it short (what finished is
+/// kept), and stays `incomplete` (never used) if the process dies first.
+pub fn calibrate(
+    sources: &Sources,
+    req: &CalibrateRequest,
+    bench: &mut dyn crate::calibrate::cpu::CpuBench,
+    stop: &std::sync::atomic::AtomicBool,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<Calibrated, Failure> {
+    use crate::calibrate::cpu::{Plan, Step, Stream, to_measurement};
+    let started = std::time::Instant::now();
+    let set = sources.profiles()?;
+    let (inv, _) = sources.inventory()?;
+    let fleet = crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp)
+        .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
+    let spec = req
+        .model
+        .as_deref()
+        .map(crate::model::load)
+        .transpose()
+        .map_err(Failure::from)?;
+    let plan = Plan::new(
+        req.quick,
+        fleet.host.usable_cores(),
+        (
+            inv.cpu.caches.as_ref().and_then(|c| c.l2_bytes),
+            inv.cpu.caches.as_ref().and_then(|c| c.l3_bytes),
+        ),
+        inv.memory.available_bytes,
+        spec.as_ref(),
+    );
+    let device = crate::store::DeviceIdentity {
+        profile: fleet.host.class_id().to_string(),
+        name: inv.cpu.model.clone(),
+        uuid: None,
+    };
+    let isa = bench.isa();
+    let store = sources.store()?;
+    let now = || {
+        rfc3339(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        )
+    };
+    let run = store
+        .begin_run(&crate::store::NewRun {
+            tool: "calibrate".into(),
+            runtime: crate::profile::RuntimeId::LlamaCpp,
+            runtime_version: None,
+            started_at: now(),
+            settings: serde_json::json!({
+                "quick": req.quick,
+                "model": spec.as_ref().map(|s| s.fingerprint.clone()),
+                "isa": isa,
+                "stream_bytes": plan.stream_bytes,
+                "rep_secs": plan.budget.rep_secs,
+                "reps": plan.budget.reps,
+            })
+            .to_string(),
+            host: crate::store::HostIdentity {
+                cpu_model: inv.cpu.model.clone(),
+                physical_cores: inv.cpu.physical_cores,
+                memory_total_bytes: inv.memory.total_bytes,
+                hostname: String::new(),
+            },
+        })
+        .map_err(store_failure)?;
+    let mut figures = Vec::new();
+    let outcome = crate::calibrate::cpu::run(bench, &plan, stop, progress, &mut |m| {
+        let row = store
+            .record(run, &to_measurement(m, &device, &isa))
+            .map_err(|e| e.to_string())?;
+        let fold = |f: fn(f64, f64) -> f64, init| m.sample.samples.iter().copied().fold(init, f);
+        figures.push(CalibratedFigure {
+            row,
+            what: m.step.label(),
+            metric: m.step.metric(),
+            threads: m.step.threads(),
+            value: m.sample.best,
+            unit: m.step.unit().into(),
+            min: fold(f64::min, f64::INFINITY),
+            max: fold(f64::max, 0.0),
+        });
+        Ok(())
+    })
+    .map_err(|e| {
+        Failure::new(
+            exit::RUNTIME,
+            anyhow::anyhow!("recording a measurement: {e}"),
+        )
+    })?;
+    store.finish_run(run, &now()).map_err(store_failure)?;
+    let reads: Vec<(u32, f64)> = outcome
+        .measured
+        .iter()
+        .filter_map(|m| match m.step {
+            Step::Stream {
+                stream: Stream::Read,
+                threads,
+            } => Some((threads, m.sample.best)),
+            _ => None,
+        })
+        .collect();
+    let most = reads.iter().map(|r| r.1).fold(0.0, f64::max);
+    Ok(Calibrated {
+        run: run.0,
+        device_profile: device.profile,
+        device_name: device.name,
+        isa,
+        figures,
+        bandwidth_saturates_at_threads: reads
+            .iter()
+            .filter(|r| r.1 >= SATURATION_SHARE * most)
+            .map(|r| r.0)
+            .min(),
+        failed: outcome
+            .failed
+            .iter()
+            .map(|(s, why)| format!("{}: {why}", s.label()))
+            .collect(),
+        stopped: outcome.stopped,
+        notes: plan.notes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

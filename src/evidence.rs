@@ -75,12 +75,135 @@ impl PeakMemory {
     }
 }
 
+/// A CPU micro-benchmark figure of `optimizer calibrate`: a device figure, for every model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuFigure {
+    pub row: i64,
+    pub run: i64,
+    pub device_profile: String,
+    /// The CPU's name as the probe reports it (the class profile alone would mix CPUs of one class).
+    pub device_name: String,
+    /// `cpu_read_bytes_per_s`, `cpu_fma_flops`, `cpu_dot_q4_0_params_per_s`, ...
+    pub metric: String,
+    pub threads: u32,
+    pub value: f64,
+    /// The instruction set the kernels ran with, when the row says.
+    pub isa: Option<String>,
+}
+
+/// One calibration of a CPU as curves over the thread count: what `perf` predicts a calibrated CPU with.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CpuCalibration {
+    /// The run the figures come from (the newest complete one for this CPU).
+    pub run: i64,
+    pub isa: Option<String>,
+    /// Read bandwidth, bytes/s, by threads.
+    pub read: Vec<(u32, f64)>,
+    /// FP32 FMA FLOP/s, by threads.
+    pub fma: Vec<(u32, f64)>,
+    /// Quantized GEMV weights/s by ggml type name (`q4_0`, `q8_0`, `q4_k`), by threads.
+    pub dot: Vec<(String, Vec<(u32, f64)>)>,
+    /// The store rows used.
+    pub rows: Vec<i64>,
+}
+
+impl CpuCalibration {
+    /// The newest complete calibration run among `figures` for the CPU `name` of class `profile`.
+    pub fn newest(figures: &[CpuFigure], profile: &str, name: &str) -> Option<CpuCalibration> {
+        let mine = || {
+            figures
+                .iter()
+                .filter(move |f| f.device_profile == profile && f.device_name == name)
+        };
+        let run = mine().map(|f| f.run).max()?;
+        let mut c = CpuCalibration {
+            run,
+            ..CpuCalibration::default()
+        };
+        for f in mine().filter(|f| f.run == run) {
+            c.rows.push(f.row);
+            if c.isa.is_none() {
+                c.isa.clone_from(&f.isa);
+            }
+            let point = (f.threads, f.value);
+            if f.metric == "cpu_read_bytes_per_s" {
+                c.read.push(point);
+            } else if f.metric == "cpu_fma_flops" {
+                c.fma.push(point);
+            } else if let Some(t) = f
+                .metric
+                .strip_prefix("cpu_dot_")
+                .and_then(|m| m.strip_suffix("_params_per_s"))
+            {
+                match c.dot.iter_mut().find(|(n, _)| n == t) {
+                    Some((_, v)) => v.push(point),
+                    None => c.dot.push((t.to_string(), vec![point])),
+                }
+            }
+        }
+        Some(c)
+    }
+
+    /// Read bandwidth at `threads`: interpolated between measured thread counts, the nearest measured figure
+    /// outside them.
+    pub fn read_at(&self, threads: f64) -> Option<f64> {
+        interpolate(&self.read, threads, false)
+    }
+
+    /// FMA FLOP/s per thread at `threads` (interpolated per thread, the nearest per-thread figure outside).
+    pub fn fma_per_thread_at(&self, threads: f64) -> Option<f64> {
+        interpolate(&self.fma, threads, true)
+    }
+
+    /// GEMV weights/s per thread of a ggml type (`q4_0`, `q8_0`, `q4_k`) at `threads`.
+    pub fn dot_per_thread_at(&self, ty: &str, threads: f64) -> Option<f64> {
+        self.dot
+            .iter()
+            .find(|(n, _)| n == ty)
+            .and_then(|(_, p)| interpolate(p, threads, true))
+    }
+}
+
+/// Linear interpolation of `points` (threads, value) at `x`, holding the nearest point outside the measured
+/// range; `per_thread` interpolates value / threads instead. `None` without points: nothing is invented.
+pub fn interpolate(points: &[(u32, f64)], x: f64, per_thread: bool) -> Option<f64> {
+    let mut p: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(t, v)| *t > 0 && v.is_finite() && *v > 0.0)
+        .map(|&(t, v)| {
+            let t = f64::from(t);
+            (t, if per_thread { v / t } else { v })
+        })
+        .collect();
+    p.sort_by(|a, b| a.0.total_cmp(&b.0));
+    p.dedup_by(|a, b| {
+        a.0 == b.0 && {
+            b.1 = b.1.max(a.1);
+            true
+        }
+    });
+    let first = *p.first()?;
+    let last = *p.last()?;
+    if x <= first.0 {
+        return Some(first.1);
+    }
+    if x >= last.0 {
+        return Some(last.1);
+    }
+    p.windows(2).find(|w| x <= w[1].0).map(|w| {
+        let (a, b) = (w[0], w[1]);
+        a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
+    })
+}
+
 /// Everything the store returned for one plan.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Evidence {
     pub efficiencies: Vec<MeasuredEfficiency>,
     pub throughput: Vec<ThroughputPoint>,
     pub peak_memory: Vec<PeakMemory>,
+    /// CPU micro-benchmark figures (`optimizer calibrate`).
+    pub cpu: Vec<CpuFigure>,
     /// Rows the store holds for these devices and this model (whether or not the planner can use them);
     /// `None` when the store was not consulted.
     pub rows: Option<u64>,
@@ -99,6 +222,54 @@ impl Evidence {
 
     /// Whether anything here can change a plan.
     pub fn is_empty(&self) -> bool {
-        self.efficiencies.is_empty() && self.throughput.is_empty() && self.peak_memory.is_empty()
+        self.efficiencies.is_empty()
+            && self.throughput.is_empty()
+            && self.peak_memory.is_empty()
+            && self.cpu.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpolation_is_linear_inside_and_holds_the_nearest_outside() {
+        let p = [(1, 10.0), (4, 40.0), (2, 30.0)];
+        assert_eq!(interpolate(&p, 1.5, false), Some(20.0));
+        assert_eq!(interpolate(&p, 3.0, false), Some(35.0));
+        assert_eq!(interpolate(&p, 0.5, false), Some(10.0));
+        assert_eq!(interpolate(&p, 16.0, false), Some(40.0));
+        // Per thread: 10, 15, 10 per thread at 1, 2, 4 threads.
+        assert_eq!(interpolate(&p, 3.0, true), Some(12.5));
+        assert_eq!(interpolate(&p, 8.0, true), Some(10.0));
+        assert_eq!(interpolate(&[], 2.0, false), None);
+    }
+
+    #[test]
+    fn the_newest_run_of_the_same_cpu_is_the_calibration() {
+        let fig = |row, run, name: &str, metric: &str, threads, value| CpuFigure {
+            row,
+            run,
+            device_profile: "cpu-x".into(),
+            device_name: name.into(),
+            metric: metric.into(),
+            threads,
+            value,
+            isa: Some("avx2+fma+f16c".into()),
+        };
+        let figs = [
+            fig(1, 1, "EPYC", "cpu_read_bytes_per_s", 1, 5e9),
+            fig(2, 2, "EPYC", "cpu_read_bytes_per_s", 1, 12e9),
+            fig(3, 2, "EPYC", "cpu_dot_q4_0_params_per_s", 2, 24e9),
+            fig(4, 3, "Xeon", "cpu_read_bytes_per_s", 1, 30e9),
+        ];
+        let c = CpuCalibration::newest(&figs, "cpu-x", "EPYC").unwrap();
+        assert_eq!(c.run, 2);
+        assert_eq!(c.rows, vec![2, 3]);
+        assert_eq!(c.read_at(4.0), Some(12e9));
+        assert_eq!(c.dot_per_thread_at("q4_0", 2.0), Some(12e9));
+        assert_eq!(c.fma_per_thread_at(1.0), None);
+        assert!(CpuCalibration::newest(&figs, "cpu-y", "EPYC").is_none());
     }
 }

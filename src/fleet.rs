@@ -203,6 +203,9 @@ pub struct Host {
     pub class: Option<HardwareProfile>,
     pub decode: Option<Efficiency>,
     pub prefill: Option<Efficiency>,
+    /// What `optimizer calibrate` measured on this CPU (the newest run for its class and name), when the store
+    /// has it: the throughput model then predicts from it instead of the class profile's peaks.
+    pub calibration: Option<crate::evidence::CpuCalibration>,
 }
 
 impl Host {
@@ -219,6 +222,7 @@ impl Host {
             threads,
             self.decode.as_ref().map_or(1.0, |e| e.value),
             self.prefill.as_ref().map_or(1.0, |e| e.value),
+            self.calibration.as_ref(),
         )
     }
 
@@ -448,6 +452,7 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Result<Fl
             class: cpu_class(inv, set).cloned(),
             decode: efficiency(set, ReserveTarget::Cpu, runtime, Phase::Decode, None),
             prefill: efficiency(set, ReserveTarget::Cpu, runtime, Phase::Prefill, None),
+            calibration: None,
         },
         gpus,
         unused,
@@ -533,6 +538,71 @@ impl Fleet {
                 g.prefill = Some(e);
             }
         }
+        self.apply_cpu_calibration(&evidence.cpu);
+    }
+}
+
+impl Fleet {
+    /// Takes this CPU's newest calibration, and states the efficiencies it measured (achieved over the class
+    /// profile's peaks, at the most threads measured) in place of the rule's, citing the rows: the throughput
+    /// model predicts from the calibration itself (`perf::measured_cpu`), these say what it found and make the
+    /// plan's basis `calibrated`. Efficiencies stay the rule's where the calibration could not replace them
+    /// (kernels run with other instructions than the fitted model's reference: only the bandwidth is used).
+    fn apply_cpu_calibration(&mut self, figures: &[crate::evidence::CpuFigure]) {
+        let host = &mut self.host;
+        let Some(c) = crate::evidence::CpuCalibration::newest(
+            figures,
+            host.class.as_ref().map_or("none", |p| p.id.as_str()),
+            &host.inventory.cpu.model,
+        ) else {
+            return;
+        };
+        let most = |points: &[(u32, f64)]| points.iter().copied().max_by_key(|p| p.0);
+        let source = |metric: &str, points: &[(u32, f64)]| {
+            let threads = most(points).map_or(0, |p| p.0);
+            let row = figures
+                .iter()
+                .find(|f| f.run == c.run && f.metric == metric && f.threads == threads)
+                .map(|f| f.row);
+            (
+                format!(
+                    "store row {} (calibrate run {}: {metric} at {threads} thread(s))",
+                    row.unwrap_or_default(),
+                    c.run
+                ),
+                row,
+            )
+        };
+        let socket = host
+            .class
+            .as_ref()
+            .map_or(0.0, |p| p.memory.bandwidth_gb_s * 1e9);
+        if let Some((_, read)) = most(&c.read)
+            && socket > 0.0
+        {
+            let (source, row) = source("cpu_read_bytes_per_s", &c.read);
+            host.decode = Some(Efficiency {
+                value: read / socket,
+                basis: Basis::Calibrated,
+                source,
+                row,
+            });
+        }
+        let probe = perf::cpu_device(host.class.as_ref(), &host.inventory, 1, 1.0, 1.0, None);
+        let nominal = probe.cpu.map_or(0.0, |r| r.hz * r.fp32_flops_per_cycle);
+        if let Some((t, fma)) = most(&c.fma)
+            && nominal > 0.0
+            && c.isa.as_deref() == Some(perf::REFERENCE.isa)
+        {
+            let (source, row) = source("cpu_fma_flops", &c.fma);
+            host.prefill = Some(Efficiency {
+                value: fma / (f64::from(t) * nominal),
+                basis: Basis::Calibrated,
+                source,
+                row,
+            });
+        }
+        host.calibration = Some(c);
     }
 }
 

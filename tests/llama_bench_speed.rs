@@ -78,6 +78,7 @@ fn predict(spec: &ModelSpec, inv: &Inventory, set: &ProfileSet, row: &Value) -> 
         row["threads"].as_u64().unwrap() as u32,
         efficiency(set, Phase::Decode),
         efficiency(set, Phase::Prefill),
+        None,
     );
     let p = perf::predict(
         &[(cpu, loads[0].clone())],

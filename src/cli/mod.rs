@@ -4,6 +4,7 @@
 //! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
 //! fits · 4 invalid input file (model, profile, database).
 
+mod calibrate;
 mod estimate;
 mod inspect;
 pub mod output;
@@ -73,6 +74,9 @@ enum RawCommand {
     /// Estimate llama.cpp's memory per device (weights, repacked copies, KV cache, compute and output
     /// buffers, runtime overhead) for a model and llama.cpp's own flags. Paste your llama.cpp flags.
     Estimate(estimate::RawEstimate),
+    /// Measure this machine (CPU memory bandwidth, FP32 FMA rate, llama.cpp's quantized dot products) and
+    /// record the figures in the measurement store, so `resolve` predicts from them (basis `calibrated`).
+    Calibrate(calibrate::RawCalibrate),
     /// The measurement store: `import FILE` records a llama-bench output (-o json, jsonl, csv or sql) or another
     /// store's export; `export` writes this one's as JSON lines; `list` shows what it holds.
     Measurements {
@@ -181,6 +185,7 @@ enum Command {
     Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
+    Calibrate(crate::app::CalibrateRequest, OutputFormat),
 }
 
 fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
@@ -242,6 +247,10 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         }
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
+        RawCommand::Calibrate(raw) => {
+            let (req, format) = calibrate::settle(raw);
+            Command::Calibrate(req, format)
+        }
         RawCommand::Schema { name } => {
             if crate::schema::by_name(&name).is_none() {
                 let names: Vec<&str> = crate::schema::NAMES.iter().map(|(n, _)| *n).collect();
@@ -402,6 +411,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         }
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
+        Command::Calibrate(req, format) => calibrate::run(&common, &req, format),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
     }
 }

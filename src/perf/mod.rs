@@ -67,6 +67,76 @@ pub struct CpuRates {
     pub fp32_flops_per_cycle: f64,
     /// DRAM bytes per second one core can pull on its own.
     pub bandwidth_per_core: f64,
+    /// What `optimizer calibrate` measured on this CPU at these threads; replaces the figures above.
+    pub measured: Option<MeasuredCpu>,
+}
+
+/// A calibrated CPU at one thread count, as the kernel rates use it (see [`measured_cpu`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredCpu {
+    /// Bytes per second the threads read (measured, interpolated between thread counts).
+    pub read_bytes_per_s: f64,
+    /// This CPU's FP32 FMA rate per thread over the reference machine's ([`REFERENCE`]); `None` when not
+    /// measured or measured with other instructions than the reference's.
+    pub fma_ratio: Option<f64>,
+    /// The same ratio for each quantized dot product, in the order of [`Reference::dot_per_thread`] (`None`:
+    /// not measured).
+    pub dot_ratio: [Option<f64>; 3],
+}
+
+/// The machine the ggml-cpu kernel constants below were fitted on, as `optimizer calibrate` measured it
+/// (tests/fixtures/calibrate/epyc-milan-2vcpu.json, one thread, `isa` = the kernels' instruction set) and as the
+/// analytic model saw it at fitting time (the inventory's 2445 MHz × the class profile's 32 FP32 FLOP per cycle,
+/// the rule table's 0.66 prefill efficiency). A calibrated CPU runs the fitted constants scaled by what it measured
+/// over what this machine measured, so on the reference machine itself the calibrated and fitted models agree.
+pub struct Reference {
+    pub isa: &'static str,
+    pub fma_flops_per_thread: f64,
+    /// GEMV weights/s of one thread by ggml type name.
+    pub dot_per_thread: [(&'static str, f64); 3],
+    /// Core FP32 FLOP/s the constants were fitted against (clock × FLOP per cycle).
+    pub core_flops: f64,
+    /// The prefill efficiency the constants were fitted with.
+    pub prefill_efficiency: f64,
+}
+
+pub const REFERENCE: Reference = Reference {
+    isa: "avx2+fma+f16c",
+    fma_flops_per_thread: REF_FMA,
+    dot_per_thread: [
+        ("q4_0", REF_DOT_Q4_0),
+        ("q8_0", REF_DOT_Q8_0),
+        ("q4_k", REF_DOT_Q4_K),
+    ],
+    core_flops: 2.445e9 * 32.0,
+    prefill_efficiency: 0.66,
+};
+// `optimizer calibrate` on the reference machine, one thread (tests/fixtures/calibrate/epyc-milan-2vcpu.json;
+// the test `reference_constants_are_the_committed_calibration` derives them), rounded to 3 digits.
+const REF_FMA: f64 = 1.025e11;
+const REF_DOT_Q4_0: f64 = 1.711e10;
+const REF_DOT_Q8_0: f64 = 2.288e10;
+const REF_DOT_Q4_K: f64 = 3.055e10;
+
+/// The calibrated CPU at `threads` threads: the measured read bandwidth, and the FMA and dot-product rates per
+/// thread over the reference's when they were measured with the reference's instruction set (other instructions
+/// make a ratio meaningless: the kernels then stay analytic).
+pub fn measured_cpu(c: &crate::evidence::CpuCalibration, threads: f64) -> Option<MeasuredCpu> {
+    let read = c.read_at(threads)?;
+    let comparable = c.isa.as_deref() == Some(REFERENCE.isa);
+    Some(MeasuredCpu {
+        read_bytes_per_s: read,
+        fma_ratio: comparable
+            .then(|| c.fma_per_thread_at(threads))
+            .flatten()
+            .map(|f| f / REFERENCE.fma_flops_per_thread),
+        dot_ratio: REFERENCE.dot_per_thread.map(|(t, r)| {
+            comparable
+                .then(|| c.dot_per_thread_at(t, threads))
+                .flatten()
+                .map(|v| v / r)
+        }),
+    })
 }
 
 /// Clock assumed when the inventory has none (the planner's default too).
@@ -89,6 +159,7 @@ pub fn cpu_device(
     threads: u32,
     decode_efficiency: f64,
     prefill_efficiency: f64,
+    calibration: Option<&crate::evidence::CpuCalibration>,
 ) -> DevicePerf {
     let spec = profile.and_then(|p| p.cpu.as_ref());
     let fpc = spec
@@ -120,6 +191,7 @@ pub fn cpu_device(
             hz: ghz * 1e9,
             fp32_flops_per_cycle: fpc,
             bandwidth_per_core: per_core,
+            measured: calibration.and_then(|c| measured_cpu(c, threads)),
         }),
     }
 }
@@ -269,7 +341,48 @@ const FLOOR_SYNC_PER_LAYER_S: f64 = 30.1e-6;
 /// Bytes per second the chosen threads of a CPU pull: threads × per-core bandwidth, at most the socket's
 /// achievable peak.
 fn cpu_bandwidth(p: &DevicePerf, c: &CpuRates) -> f64 {
-    (c.threads * c.bandwidth_per_core).min(p.bandwidth_bytes_per_s * p.decode_efficiency)
+    match &c.measured {
+        Some(m) => m.read_bytes_per_s,
+        None => {
+            (c.threads * c.bandwidth_per_core).min(p.bandwidth_bytes_per_s * p.decode_efficiency)
+        }
+    }
+}
+
+/// The per-core FP32 FLOP/s the decode rate of weight type `t` is scaled from: the reference's times the
+/// measured ratio of that type's dot product (Q4_K's for the types not measured, the FMA's without any), or the
+/// analytic clock × FLOP per cycle.
+fn decode_core_flops(c: &CpuRates, t: Dtype) -> f64 {
+    let analytic = c.hz * c.fp32_flops_per_cycle;
+    let Some(m) = &c.measured else {
+        return analytic;
+    };
+    let name = match t {
+        Dtype::Ggml(GgmlType::Q4_0) => "q4_0",
+        Dtype::Ggml(GgmlType::Q8_0) => "q8_0",
+        _ => "q4_k",
+    };
+    let ratio = |n: &str| {
+        REFERENCE
+            .dot_per_thread
+            .iter()
+            .zip(m.dot_ratio)
+            .find(|((k, _), _)| *k == n)
+            .and_then(|(_, r)| r)
+    };
+    ratio(name)
+        .or_else(|| ratio("q4_k"))
+        .or(m.fma_ratio)
+        .map_or(analytic, |r| REFERENCE.core_flops * r)
+}
+
+/// FP32 FLOP/s the chosen threads reach in prefill matmuls (before the per-type share): the reference's
+/// core rate and prefill efficiency times the measured FMA ratio, or the analytic peak × the rule efficiency.
+fn prefill_peak(p: &DevicePerf, c: &CpuRates) -> f64 {
+    match c.measured.as_ref().and_then(|m| m.fma_ratio) {
+        Some(r) => c.threads * REFERENCE.core_flops * REFERENCE.prefill_efficiency * r,
+        None => c.threads * c.hz * c.fp32_flops_per_cycle * p.prefill_efficiency,
+    }
 }
 
 /// Seconds of per-token overhead on one device.
@@ -293,18 +406,19 @@ fn decode_step(devices: &[(DevicePerf, DeviceLoad)], n: f64, ctx: f64) -> f64 {
         .map(|(p, l)| match &p.cpu {
             Some(c) => {
                 let bw = cpu_bandwidth(p, c);
-                let core_flops = c.hz * c.fp32_flops_per_cycle;
                 let weights: f64 = l
                     .by_type
                     .iter()
                     .map(|t| {
-                        let rate = c.threads * core_flops * decode_params_per_flop(t.dtype);
+                        let rate = c.threads
+                            * decode_core_flops(c, t.dtype)
+                            * decode_params_per_flop(t.dtype);
                         (t.bytes / bw).max(n * t.params / rate)
                     })
                     .sum();
                 let kv = n * l.kv_bytes_per_cell * ctx / bw;
-                let attn = n * l.attn_flops_per_pair * ctx
-                    / (c.threads * core_flops * p.prefill_efficiency * ATTENTION_EFFICIENCY);
+                let attn =
+                    n * l.attn_flops_per_pair * ctx / (prefill_peak(p, c) * ATTENTION_EFFICIENCY);
                 weights + kv + attn + floor(p, l)
             }
             None => {
@@ -330,7 +444,7 @@ fn prefill(devices: &[(DevicePerf, DeviceLoad)], tokens: f64, ubatch: f64) -> f6
             let reads = (tokens / ubatch).ceil().max(1.0);
             let local = match &p.cpu {
                 Some(c) => {
-                    let peak = c.threads * c.hz * c.fp32_flops_per_cycle * p.prefill_efficiency;
+                    let peak = prefill_peak(p, c);
                     let matmul: f64 = l
                         .by_type
                         .iter()
@@ -394,11 +508,15 @@ pub fn decode_knee(p: &DevicePerf, l: &DeviceLoad) -> f64 {
     let (bytes_time, flops_per_seq) = match &p.cpu {
         Some(c) => {
             let bw = cpu_bandwidth(p, c);
-            let core_flops = c.hz * c.fp32_flops_per_cycle;
             let compute: f64 = l
                 .by_type
                 .iter()
-                .map(|t| t.params / (c.threads * core_flops * decode_params_per_flop(t.dtype)))
+                .map(|t| {
+                    t.params
+                        / (c.threads
+                            * decode_core_flops(c, t.dtype)
+                            * decode_params_per_flop(t.dtype))
+                })
                 .sum();
             ((l.weight_bytes_per_token / bw).max(fixed), compute)
         }

@@ -41,7 +41,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::evidence::Basis;
-use crate::evidence::{Evidence, MeasuredEfficiency, PeakMemory, ThroughputPoint};
+use crate::evidence::{CpuFigure, Evidence, MeasuredEfficiency, PeakMemory, ThroughputPoint};
 use crate::profile::{Phase, RuntimeId};
 
 /// The migrations, in order; the schema version after applying the first `n` is `n`.
@@ -526,7 +526,7 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT m.id, d.profile, r.runtime, r.tool, m.metric, m.value, m.context, m.model_id IS NULL, \
-                 m.sequences, r.status = 'complete', m.threads, m.gpu_layers, m.ubatch \
+                 m.sequences, r.status = 'complete', m.threads, m.gpu_layers, m.ubatch, r.id, d.name \
                  FROM measurement m JOIN device d ON d.id = m.device_id JOIN run r ON r.id = m.run_id \
                  LEFT JOIN model o ON o.id = m.model_id \
                  WHERE d.profile = ?1 AND (m.model_id IS NULL OR o.fingerprint = ?2) ORDER BY m.id",
@@ -557,6 +557,8 @@ impl Store {
                         threads: r.get(10)?,
                         gpu_layers: r.get(11)?,
                         ubatch: r.get(12)?,
+                        run: r.get(13)?,
+                        name: r.get(14)?,
                     })
                 })
                 .map_err(&e)?;
@@ -866,6 +868,9 @@ struct Row {
     threads: Option<i64>,
     gpu_layers: Option<i64>,
     ubatch: Option<i64>,
+    run: i64,
+    /// The device's name (a CPU's model string).
+    name: String,
 }
 
 /// Largest efficiency a row may claim: achieved over peak above 1 means the peak in the profile is wrong, and
@@ -939,6 +944,27 @@ impl Row {
                     ubatch: small(self.ubatch),
                     tokens,
                     what: self.tool,
+                });
+            }
+        } else if self.metric.starts_with("cpu_") && self.any_model {
+            // A calibration figure of a CPU, at a thread count.
+            if let Some(threads) = self
+                .threads
+                .and_then(|t| u32::try_from(t).ok())
+                .filter(|t| *t > 0)
+            {
+                let isa = serde_json::from_str::<serde_json::Value>(&self.context)
+                    .ok()
+                    .and_then(|v| v.get("isa").and_then(|i| i.as_str().map(str::to_string)));
+                ev.cpu.push(CpuFigure {
+                    row: self.id,
+                    run: self.run,
+                    device_profile: self.profile,
+                    device_name: self.name,
+                    metric: self.metric,
+                    threads,
+                    value: self.value,
+                    isa,
                 });
             }
         } else if self.metric == "peak_memory_bytes"
