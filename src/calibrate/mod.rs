@@ -2,6 +2,7 @@
 //! into store rows keyed by device, model and the shape they were taken at. The micro-benchmarks, engine
 //! runners and server benchmarking of `optimizer calibrate` come next (issue 10).
 
+pub mod gpu;
 pub mod llama_bench;
 
 use crate::fleet::Fleet;
