@@ -3,6 +3,7 @@
 //! runners and server benchmarking of `optimizer calibrate` come next (issue 10).
 
 pub mod cpu;
+pub mod gpu;
 pub mod llama_bench;
 
 use crate::fleet::Fleet;
