@@ -4,6 +4,7 @@
 //! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
 //! fits · 4 invalid input file (model, profile, database).
 
+mod bench;
 mod estimate;
 mod inspect;
 pub mod output;
@@ -99,6 +100,9 @@ enum RawCommand {
         #[arg(long)]
         device: Option<String>,
     },
+    /// Measure a running OpenAI-compatible server (llama-server, vLLM, Ollama): time to first token, time per
+    /// output token and decode throughput at a few concurrencies; with --deployment, record them against it.
+    Bench(bench::RawBench),
     /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
@@ -181,6 +185,7 @@ enum Command {
     Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
+    Bench(bench::Settings),
 }
 
 fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
@@ -242,6 +247,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         }
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
+        RawCommand::Bench(raw) => Command::Bench(bench::settle(raw)?),
         RawCommand::Schema { name } => {
             if crate::schema::by_name(&name).is_none() {
                 let names: Vec<&str> = crate::schema::NAMES.iter().map(|(n, _)| *n).collect();
@@ -402,6 +408,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         }
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
+        Command::Bench(s) => bench::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
     }
 }
