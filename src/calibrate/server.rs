@@ -67,6 +67,18 @@ pub const MAX_WARMUP: u32 = 100;
 /// The filler word of the prompt: one token in the BPE and SentencePiece vocabularies of Llama, Qwen, Mistral and
 /// GPT-2 lineages, and a pre-tokenizer word boundary, so `n` repetitions are about `n` tokens.
 const PROMPT_WORD: &str = " the";
+/// The filler token of a `token_ids` prompt, and the base of its lead tokens: ids below 259 are byte or
+/// single-character tokens in SentencePiece and byte-level BPE vocabularies alike (special tokens sit at 0-2 or
+/// at the end of a vocabulary), so 100..=228 are ordinary tokens of any vocabulary of at least 229 entries.
+const FILLER_ID: u32 = 100;
+/// Lead tokens of a `token_ids` prompt: the request number in base [`LEAD_ID_SPAN`], so 2,097,152 requests get
+/// distinct first tokens and no server can reuse a cached prefix.
+const LEAD_IDS: u32 = 3;
+const LEAD_ID_SPAN: u64 = 128;
+/// How far the server's prompt count may be from the filler's word count for the warm-up's correction to apply:
+/// further off, the tokenizer does not split the filler into words (a placeholder vocabulary), and scaling by
+/// the ratio would only compound the error.
+const MAX_PROMPT_RATIO: f64 = 4.0;
 /// Tokens the request number leading each prompt (`Request 12:`) takes, about: the first guess of the filler's
 /// length is the target less this, before the warm-up measures it.
 const LEAD_TOKENS: u32 = 4;
@@ -269,6 +281,9 @@ pub struct Config {
     pub warmup: u32,
     /// Send only fields of the OpenAI API: no `ignore_eos`, no `cache_prompt`.
     pub strict_openai: bool,
+    /// Send the prompt as token ids (`/v1/completions` of llama-server and vLLM): exactly `prompt_tokens`,
+    /// whatever the tokenizer.
+    pub token_ids: bool,
     pub timeouts: Timeouts,
 }
 
@@ -312,6 +327,11 @@ impl Config {
                 "timeout: more than 0 and at most {} s",
                 MAX_TIMEOUT.as_secs()
             ));
+        }
+        if self.token_ids && self.chat {
+            return bad(
+                "token-id prompts go to /v1/completions; --chat sends messages of text".into(),
+            );
         }
         if t.per_token > SLOWEST_PER_TOKEN {
             return bad("per-token allowance above one second".into());
@@ -588,7 +608,11 @@ pub fn run(cfg: &Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> 
         },
     };
     let counter = AtomicU64::new(0);
-    let mut words = cfg.prompt_tokens.saturating_sub(LEAD_TOKENS).max(1);
+    let mut words = if cfg.token_ids {
+        cfg.prompt_tokens.saturating_sub(LEAD_IDS).max(1)
+    } else {
+        cfg.prompt_tokens.saturating_sub(LEAD_TOKENS).max(1)
+    };
     for i in 0..cfg.warmup {
         progress(&format!("warm-up request {} of {}", i + 1, cfg.warmup));
         let s = one(
@@ -600,16 +624,24 @@ pub fn run(cfg: &Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> 
             Instant::now(),
         )?;
         if i == 0
-            && let Some(got) = s.usage_prompt_tokens.filter(|n| *n > 0)
+            && !cfg.token_ids
+            && let Some(got) = s.usage_prompt_tokens
             && got != u64::from(cfg.prompt_tokens)
         {
-            let scaled = (f64::from(words) * f64::from(cfg.prompt_tokens) / got as f64).round();
-            let before = words;
-            words = (scaled as u32).clamp(1, MAX_PROMPT_TOKENS);
-            notes.push(format!(
-                "prompt: {before} filler words made {got} tokens; {words} used for a target of {}",
-                cfg.prompt_tokens
-            ));
+            let ratio = got as f64 / f64::from(words);
+            if (1.0 / MAX_PROMPT_RATIO..=MAX_PROMPT_RATIO).contains(&ratio) {
+                let scaled = (f64::from(words) * f64::from(cfg.prompt_tokens) / got as f64).round();
+                let before = words;
+                words = (scaled as u32).clamp(1, MAX_PROMPT_TOKENS);
+                notes.push(format!(
+                    "prompt: {before} filler words made {got} tokens; {words} used for a target of {}",
+                    cfg.prompt_tokens
+                ));
+            } else {
+                notes.push(format!(
+                    "prompt: the server counted {got} tokens for {words} filler words; its tokenizer does not split them into words, so the prompt was left as it is (--token-ids sends exact token ids)"
+                ));
+            }
         }
     }
     let mut levels = Vec::new();
@@ -680,13 +712,24 @@ fn level(
 }
 
 /// The prompt of request `k`: a unique lead, then the filler.
-fn prompt(k: u64, words: u32) -> String {
+fn prompt(cfg: &Config, k: u64, words: u32) -> Value {
+    if cfg.token_ids {
+        let lead = (0..LEAD_IDS).map(|i| {
+            let digit = (k / LEAD_ID_SPAN.pow(i)) % LEAD_ID_SPAN;
+            // digit < LEAD_ID_SPAN = 128, so the id stays within 101..=228.
+            FILLER_ID + 1 + u32::try_from(digit).unwrap_or(0)
+        });
+        let ids: Vec<u32> = lead
+            .chain(std::iter::repeat_n(FILLER_ID, words as usize))
+            .collect();
+        return serde_json::json!(ids);
+    }
     let mut s = format!("Request {k}:");
     s.push_str(&PROMPT_WORD.repeat(words as usize));
-    s
+    Value::String(s)
 }
 
-fn request_body(cfg: &Config, model: Option<&str>, text: String) -> Vec<u8> {
+fn request_body(cfg: &Config, model: Option<&str>, text: Value) -> Vec<u8> {
     let mut body = serde_json::json!({
         "max_tokens": cfg.max_tokens,
         "stream": true,
@@ -696,7 +739,7 @@ fn request_body(cfg: &Config, model: Option<&str>, text: String) -> Vec<u8> {
     if cfg.chat {
         body["messages"] = serde_json::json!([{ "role": "user", "content": text }]);
     } else {
-        body["prompt"] = Value::String(text);
+        body["prompt"] = text;
     }
     if let Some(m) = model {
         body["model"] = Value::String(m.into());
@@ -718,7 +761,7 @@ fn one(
     origin: Instant,
 ) -> Result<Sample, BenchError> {
     let k = counter.fetch_add(1, Ordering::Relaxed);
-    let body = request_body(cfg, model, prompt(k, words));
+    let body = request_body(cfg, model, prompt(cfg, k, words));
     let path = cfg.path();
     let url = cfg.endpoint.full(path);
     let limit = cfg.request_limit(in_flight);
@@ -1719,6 +1762,7 @@ mod tests {
             requests: 1,
             warmup: 0,
             strict_openai: false,
+            token_ids: false,
             timeouts: Timeouts::new(Duration::from_secs(10)),
         };
         assert_eq!(cfg.request_limit(1), Duration::from_secs(130));

@@ -42,6 +42,10 @@ pub struct RawBench {
     /// Requests sent before measuring, not counted.
     #[arg(long, default_value_t = 1)]
     warmup: u32,
+    /// Send the prompt as token ids (llama-server's and vLLM's /v1/completions): exactly --prompt-tokens,
+    /// whatever the tokenizer. Not with --chat.
+    #[arg(long, conflicts_with = "chat")]
+    token_ids: bool,
     /// Send only OpenAI API fields: no ignore_eos, no cache_prompt (for servers that refuse unknown fields).
     #[arg(long)]
     strict_openai: bool,
@@ -84,6 +88,7 @@ pub fn settle(raw: RawBench) -> Result<Settings, Failure> {
         requests: raw.requests,
         warmup: raw.warmup,
         strict_openai: raw.strict_openai,
+        token_ids: raw.token_ids,
         timeouts: Timeouts::new(Duration::from_secs(raw.timeout)),
     };
     config.validate().map_err(crate::app::bench_failure)?;
