@@ -42,6 +42,8 @@ enum Behavior {
     Silent,
     /// Answers 200 and then one byte of padding every 200 ms, forever.
     Dribble,
+    /// Sends its status line, then one byte of a header every 200 ms, forever.
+    DribbleHead,
     /// Answers 200 with a JSON document instead of a stream.
     NotStreamed,
 }
@@ -207,6 +209,14 @@ fn handle(conn: TcpStream, behavior: Behavior, seen: &Mutex<Vec<Value>>) -> std:
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+        Behavior::DribbleHead => {
+            w.write_all(b"HTTP/1.1 200 OK\r\nX-Slow: ")?;
+            loop {
+                w.write_all(b"a")?;
+                w.flush()?;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
         Behavior::NotStreamed => {
             let body = r#"{"choices":[{"text":"all at once"}]}"#;
             write!(
@@ -327,7 +337,14 @@ fn time_to_first_token_and_per_token_latency_match_the_responders_delays() {
 
 #[test]
 fn a_server_dribbling_bytes_forever_is_stopped_by_the_request_deadline() {
-    let fake = start(Behavior::Dribble);
+    // In the body, and in the head (where the message once gave the time left, about 0 s, for the deadline).
+    for behavior in [Behavior::Dribble, Behavior::DribbleHead] {
+        dribbled(behavior);
+    }
+}
+
+fn dribbled(behavior: Behavior) {
+    let fake = start(behavior);
     let mut cfg = config(&fake, &[1]);
     (cfg.warmup, cfg.prompt_tokens, cfg.max_tokens) = (0, 10, 10);
     // 1 s idle, plus 20 tokens x 50 ms: a 2 s deadline; the dribble never lets the idle timeout fire.
@@ -338,8 +355,14 @@ fn a_server_dribbling_bytes_forever_is_stopped_by_the_request_deadline() {
     };
     let started = Instant::now();
     let e = server::run(&cfg, &|_| {}).unwrap_err();
-    assert!(matches!(e, BenchError::Deadline { .. }), "{e}");
-    assert!(e.to_string().contains("deadline of 2 s"), "{e}");
+    assert!(
+        matches!(e, BenchError::Deadline { .. }),
+        "{behavior:?}: {e}"
+    );
+    assert!(
+        e.to_string().contains("deadline of 2 s"),
+        "{behavior:?}: {e}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 

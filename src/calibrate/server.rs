@@ -114,12 +114,8 @@ pub enum BenchError {
         what: &'static str,
         waited: Duration,
     },
-    #[error("{url}: the request did not finish within its deadline of {} s ({} tokens at one per second per request in flight, plus --timeout)", limit.as_secs_f64(), tokens)]
-    Deadline {
-        url: String,
-        limit: Duration,
-        tokens: u64,
-    },
+    #[error("{url}: the request did not finish within its deadline of {} s (--timeout plus an allowance per prompt and generated token per request in flight)", limit.as_secs_f64())]
+    Deadline { url: String, limit: Duration },
     #[error("{url}: HTTP {status} {reason}: {excerpt}")]
     Status {
         url: String,
@@ -766,18 +762,8 @@ fn one(
     let url = cfg.endpoint.full(path);
     let limit = cfg.request_limit(in_flight);
     let start = Instant::now();
-    let deadline = start.checked_add(limit).unwrap_or(start + MAX_TIMEOUT);
-    let (head, reader) = exchange(cfg, "POST", path, &body, deadline)?;
-    let map = |e: io::Error, events: u64| {
-        map_io(
-            e,
-            &url,
-            "while streaming",
-            limit,
-            u64::from(cfg.prompt_tokens) + u64::from(cfg.max_tokens),
-            events,
-        )
-    };
+    let (head, reader) = exchange(cfg, "POST", path, &body, limit)?;
+    let map = |e: io::Error, events: u64| map_io(e, &url, "while streaming", limit, events);
     let mut body = Body::new(reader, &head);
     if head.status != 200 {
         return Err(status_error(&url, &head, &mut body));
@@ -909,16 +895,13 @@ fn first_model(cfg: &Config) -> Result<Result<String, String>, BenchError> {
     let path = "/v1/models";
     let url = cfg.endpoint.full(path);
     let limit = cfg.timeouts.idle;
-    let deadline = Instant::now()
-        .checked_add(limit)
-        .unwrap_or_else(Instant::now);
-    let (head, reader) = exchange(cfg, "GET", path, &[], deadline)?;
+    let (head, reader) = exchange(cfg, "GET", path, &[], limit)?;
     let mut body = Body::new(reader, &head);
     if head.status != 200 {
         return Ok(Err(format!("answered HTTP {}", head.status)));
     }
-    let text = small_body(&mut body)
-        .map_err(|e| map_io(e, &url, "reading the model list", limit, 0, 0))?;
+    let text =
+        small_body(&mut body).map_err(|e| map_io(e, &url, "reading the model list", limit, 0))?;
     let v: Value = match serde_json::from_slice(&text) {
         Ok(v) => v,
         Err(e) => return Ok(Err(format!("is not JSON ({e})"))),
@@ -937,8 +920,11 @@ fn exchange(
     method: &str,
     path: &str,
     body: &[u8],
-    deadline: Instant,
+    limit: Duration,
 ) -> Result<(Head, BufReader<Conn>), BenchError> {
+    // Arithmetic on `Instant` saturates here: `limit` is at most two days (`Config::request_limit`).
+    let start = Instant::now();
+    let deadline = start.checked_add(limit).unwrap_or(start);
     let ep = &cfg.endpoint;
     let url = ep.full(path);
     let addrs: Vec<_> = (ep.host.as_str(), ep.port)
@@ -1002,7 +988,7 @@ fn exchange(
     w.write_all(req.as_bytes())
         .and_then(|()| w.write_all(body))
         .and_then(|()| w.flush())
-        .map_err(|e| map_io(e, &url, "sending the request", cfg.timeouts.idle, 0, 0))?;
+        .map_err(|e| map_io(e, &url, "sending the request", limit, 0))?;
     let mut reader = BufReader::with_capacity(
         64 << 10,
         Conn {
@@ -1011,16 +997,8 @@ fn exchange(
             deadline,
         },
     );
-    let head = read_head(&mut reader).map_err(|e| {
-        map_io(
-            e,
-            &url,
-            "waiting for the response",
-            deadline.saturating_duration_since(Instant::now()),
-            0,
-            0,
-        )
-    })?;
+    let head = read_head(&mut reader)
+        .map_err(|e| map_io(e, &url, "waiting for the response", limit, 0))?;
     Ok((head, reader))
 }
 
@@ -1077,14 +1055,7 @@ impl Read for Conn {
 }
 
 /// An I/O error as a benchmark error: a stall, the deadline, a malformed or truncated response, or the network.
-fn map_io(
-    e: io::Error,
-    url: &str,
-    what: &'static str,
-    limit: Duration,
-    tokens: u64,
-    events: u64,
-) -> BenchError {
+fn map_io(e: io::Error, url: &str, what: &'static str, limit: Duration, events: u64) -> BenchError {
     let url = url.to_string();
     match e.get_ref().and_then(|i| i.downcast_ref::<Stall>()) {
         Some(Stall::Idle(waited)) => {
@@ -1094,7 +1065,7 @@ fn map_io(
                 waited: *waited,
             };
         }
-        Some(Stall::Deadline) => return BenchError::Deadline { url, limit, tokens },
+        Some(Stall::Deadline) => return BenchError::Deadline { url, limit },
         None => {}
     }
     match e.kind() {
