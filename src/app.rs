@@ -726,6 +726,138 @@ pub fn rfc3339(secs: u64) -> String {
     )
 }
 
+/// A deployment document `optimizer resolve` wrote, read for `observe` and `bench`: they record what the
+/// deployment did against its device, model and configuration.
+struct Planned {
+    path: PathBuf,
+    doc: Deployment,
+    settings: crate::emit::LlamaCppSettings,
+}
+
+impl Planned {
+    fn read(path: &Path) -> Result<Planned, Failure> {
+        let text = read_input(path, MAX_DEPLOYMENT_BYTES, "deployment")?;
+        let doc: Deployment = serde_yaml_ng::from_str(&text).map_err(|e| {
+            Failure::new(
+                exit::INVALID_INPUT,
+                anyhow::anyhow!(
+                    "{}: not an {} deployment document: {e}",
+                    path.display(),
+                    crate::emit::API_VERSION
+                ),
+            )
+            .hint("this reads the document `optimizer resolve` wrote for the deployment")
+        })?;
+        let Some(settings) = doc.settings.llama_cpp().cloned() else {
+            return Err(Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("{}: not a llama.cpp plan", path.display()),
+            ));
+        };
+        Ok(Planned {
+            path: path.to_path_buf(),
+            doc,
+            settings,
+        })
+    }
+
+    fn usage(&self, m: String) -> Failure {
+        Failure::new(exit::USAGE, anyhow::anyhow!("{}: {m}", self.path.display()))
+    }
+
+    /// The store's identity of a device the plan uses (`cpu`, `cuda:0`).
+    fn device(&self, device: &str) -> Result<crate::store::DeviceIdentity, Failure> {
+        let d = &self.doc;
+        let found = if device == "cpu" {
+            Some((d.hardware.cpu.profile.clone(), d.hardware.cpu.model.clone()))
+        } else {
+            d.hardware
+                .gpus
+                .iter()
+                .find(|g| g.device == device && g.used)
+                .map(|g| (g.profile.clone(), g.name.clone()))
+        };
+        let (profile, name) = found.ok_or_else(|| {
+            self.usage(format!("{device}: the deployment does not use this device"))
+        })?;
+        Ok(crate::store::DeviceIdentity {
+            profile,
+            name,
+            uuid: None,
+        })
+    }
+
+    /// The device a throughput of the whole deployment is recorded against: the CPU, or its one GPU.
+    fn throughput_device(&self) -> Result<String, Failure> {
+        let used: Vec<&str> = self
+            .doc
+            .hardware
+            .gpus
+            .iter()
+            .filter(|g| g.used)
+            .map(|g| g.device.as_str())
+            .collect();
+        match used.as_slice() {
+            [] => Ok("cpu".to_string()),
+            [one] => Ok(one.to_string()),
+            many => Err(self.usage(format!(
+                "the deployment uses {} GPUs ({}); a throughput is recorded against one device",
+                many.len(),
+                many.join(", ")
+            ))),
+        }
+    }
+
+    fn model(&self) -> crate::store::ModelIdentity {
+        crate::store::ModelIdentity {
+            fingerprint: self.doc.model.fingerprint.clone(),
+            architecture: self.doc.model.architecture.clone(),
+            tensor_bytes: self.doc.model.tensor_bytes,
+        }
+    }
+
+    /// The configuration it runs, as the store's shape columns.
+    fn shape(&self) -> crate::store::Shape {
+        let s = &self.settings;
+        crate::store::Shape {
+            context_tokens: Some(s.context_length),
+            batch: Some(s.batch_size),
+            ubatch: Some(s.ubatch_size),
+            sequences: Some(s.parallel),
+            threads: Some(s.threads),
+            gpu_layers: Some(s.gpu_layers),
+            kv_type: Some(s.cache_type_k.clone()),
+            ..crate::store::Shape::default()
+        }
+    }
+
+    /// A run of `tool` against the deployment's host and runtime, started now.
+    fn run(&self, tool: &str) -> crate::store::NewRun {
+        let d = &self.doc;
+        crate::store::NewRun {
+            tool: tool.into(),
+            runtime: d.runtime.id,
+            runtime_version: Some(d.runtime.version.clone()),
+            started_at: now_rfc3339(),
+            settings: serde_json::to_string(&d.settings).unwrap_or_default(),
+            host: crate::store::HostIdentity {
+                cpu_model: d.hardware.cpu.model.clone(),
+                physical_cores: d.hardware.cpu.physical_cores,
+                memory_total_bytes: d.hardware.memory_total_bytes,
+                hostname: String::new(),
+            },
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_secs()),
+    )
+}
+
 /// `observe`: records what a planned deployment really did against its device and model, in the shape it ran
 /// at, so the next `resolve` for that device and model uses it: a decode rate as a measured throughput, a peak
 /// above the estimate (or an out-of-memory, recorded as needing more than the device had) as extra reserve.
@@ -734,73 +866,25 @@ pub fn observe(
     deployment: &Path,
     what: &Observation,
 ) -> Result<Vec<i64>, Failure> {
-    use crate::store::{
-        DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, Shape,
-    };
-    let text = read_input(deployment, MAX_DEPLOYMENT_BYTES, "deployment")?;
-    let d: Deployment = serde_yaml_ng::from_str(&text).map_err(|e| {
-        Failure::new(
-            exit::INVALID_INPUT,
-            anyhow::anyhow!(
-                "{}: not an {} deployment document: {e}",
-                deployment.display(),
-                crate::emit::API_VERSION
-            ),
-        )
-        .hint("observe reads the document `optimizer resolve` wrote for the deployment")
-    })?;
-    let Some(s) = d.settings.llama_cpp() else {
-        return Err(Failure::new(
-            exit::USAGE,
-            anyhow::anyhow!("{}: not a llama.cpp plan", deployment.display()),
-        ));
-    };
-    let usage = |m: String| {
-        Failure::new(
-            exit::USAGE,
-            anyhow::anyhow!("{}: {m}", deployment.display()),
-        )
-    };
-    let profile_of = |device: &str| -> Option<(String, String)> {
-        if device == "cpu" {
-            Some((d.hardware.cpu.profile.clone(), d.hardware.cpu.model.clone()))
-        } else {
-            d.hardware
-                .gpus
-                .iter()
-                .find(|g| g.device == device && g.used)
-                .map(|g| (g.profile.clone(), g.name.clone()))
-        }
-    };
-    let used: Vec<&str> = d
-        .hardware
-        .gpus
-        .iter()
-        .filter(|g| g.used)
-        .map(|g| g.device.as_str())
-        .collect();
+    use crate::store::NewMeasurement;
+    let planned = Planned::read(deployment)?;
+    let d = &planned.doc;
     let (device, metric, value, context) = match what {
         Observation::TokensPerS(x) => {
             if !(x.is_finite() && *x > 0.0) {
-                return Err(usage(format!("--tokens-per-s {x}: a positive number")));
+                return Err(planned.usage(format!("--tokens-per-s {x}: a positive number")));
             }
-            let device = match used.as_slice() {
-                [] => "cpu".to_string(),
-                [one] => one.to_string(),
-                many => {
-                    return Err(usage(format!(
-                        "the deployment uses {} GPUs ({}); a throughput is recorded against one device",
-                        many.len(),
-                        many.join(", ")
-                    )));
-                }
-            };
-            (device, "decode_tokens_per_s", *x, serde_json::json!({}))
+            (
+                planned.throughput_device()?,
+                "decode_tokens_per_s",
+                *x,
+                serde_json::json!({}),
+            )
         }
         Observation::PeakMemory { device, .. } | Observation::OutOfMemory { device }
             if !d.memory.devices.iter().any(|m| &m.device == device) =>
         {
-            return Err(usage(format!(
+            return Err(planned.usage(format!(
                 "--device {device}: the deployment has memory on {}",
                 d.memory
                     .devices
@@ -832,41 +916,16 @@ pub fn observe(
             )
         }
     };
-    let (profile, name) = profile_of(&device)
-        .ok_or_else(|| usage(format!("{device}: the deployment does not use this device")))?;
+    let device = planned.device(&device)?;
     let store = sources.store()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| t.as_secs());
-    let run = store
-        .begin_run(&NewRun {
-            tool: "observe".into(),
-            runtime: d.runtime.id,
-            runtime_version: Some(d.runtime.version.clone()),
-            started_at: rfc3339(now),
-            settings: serde_json::to_string(&d.settings).unwrap_or_default(),
-            host: HostIdentity {
-                cpu_model: d.hardware.cpu.model.clone(),
-                physical_cores: d.hardware.cpu.physical_cores,
-                memory_total_bytes: d.hardware.memory_total_bytes,
-                hostname: String::new(),
-            },
-        })
-        .map_err(store_failure)?;
+    let new_run = planned.run("observe");
+    let run = store.begin_run(&new_run).map_err(store_failure)?;
     let row = store
         .record(
             run,
             &NewMeasurement {
-                device: DeviceIdentity {
-                    profile,
-                    name,
-                    uuid: None,
-                },
-                model: Some(ModelIdentity {
-                    fingerprint: d.model.fingerprint.clone(),
-                    architecture: d.model.architecture.clone(),
-                    tensor_bytes: d.model.tensor_bytes,
-                }),
+                device,
+                model: Some(planned.model()),
                 metric: metric.into(),
                 value,
                 unit: if metric == "peak_memory_bytes" {
@@ -875,22 +934,13 @@ pub fn observe(
                     "tokens/s"
                 }
                 .into(),
-                shape: Shape {
-                    context_tokens: Some(s.context_length),
-                    batch: Some(s.batch_size),
-                    ubatch: Some(s.ubatch_size),
-                    sequences: Some(s.parallel),
-                    threads: Some(s.threads),
-                    gpu_layers: Some(s.gpu_layers),
-                    kv_type: Some(s.cache_type_k.clone()),
-                    ..Shape::default()
-                },
+                shape: planned.shape(),
                 context: context.to_string(),
             },
         )
         .map_err(store_failure)?;
     store
-        .finish_run(run, &rfc3339(now))
+        .finish_run(run, &new_run.started_at)
         .map_err(store_failure)?;
     Ok(vec![row])
 }
@@ -1064,5 +1114,134 @@ pub fn calibrate(
         stopped: outcome.stopped,
         notes: plan.notes,
         seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// What `bench` measured and, with a deployment, recorded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Benched {
+    pub report: crate::calibrate::server::Report,
+    /// `None`: no deployment was given, so nothing was recorded.
+    pub recorded: Option<BenchRecorded>,
+}
+
+/// Where `bench` recorded its results.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BenchRecorded {
+    pub deployment: String,
+    pub run: i64,
+    pub rows: Vec<i64>,
+    /// The device profile the rows are keyed by.
+    pub device_profile: String,
+    /// Results not recorded, and why.
+    pub skipped: Vec<String>,
+}
+
+/// The failure of a benchmark: what was asked cannot work (2), or the server or network failed (1).
+pub fn bench_failure(e: crate::calibrate::server::BenchError) -> Failure {
+    use crate::calibrate::server::BenchError;
+    let hint = match &e {
+        BenchError::Connect { .. } | BenchError::Resolve { .. } => {
+            Some("is the server running there? check --url and the port it listens on")
+        }
+        BenchError::Stalled { .. } | BenchError::Deadline { .. } => {
+            Some("raise --timeout, or lower --concurrency, --prompt-tokens or --max-tokens")
+        }
+        BenchError::Status { status: 404, .. } => Some(
+            "the server has no such endpoint: --url is its base (http://HOST:PORT); --chat uses /v1/chat/completions",
+        ),
+        BenchError::Status { status: 400, .. } => Some(
+            "the server refused the request: --strict-openai drops ignore_eos and cache_prompt, --served-model names the model",
+        ),
+        _ => None,
+    };
+    let code = if e.is_usage() {
+        exit::USAGE
+    } else {
+        exit::RUNTIME
+    };
+    let f = Failure::new(code, e);
+    match hint {
+        Some(h) => f.hint(h),
+        None => f,
+    }
+}
+
+/// `bench`: measures a running OpenAI-compatible server and, given the deployment document it was started
+/// from, records the results against that deployment's device, model and configuration in one complete run
+/// (`ttft_ms`, `tpot_ms`, `decode_tokens_per_s` per concurrency, `sequences` = the concurrency), so the next
+/// `resolve` for the same configuration reports the measured decode rate. The deployment and the store are
+/// checked before any request is sent.
+pub fn bench(
+    sources: &Sources,
+    deployment: Option<&Path>,
+    cfg: &crate::calibrate::server::Config,
+    progress: &dyn Fn(&str),
+) -> Result<Benched, Failure> {
+    use crate::calibrate::server;
+    cfg.validate().map_err(bench_failure)?;
+    let target = match deployment {
+        None => None,
+        Some(path) => {
+            let planned = Planned::read(path)?;
+            let device = planned.device(&planned.throughput_device()?)?;
+            let per_sequence = u64::from(planned.settings.context_per_sequence);
+            let asked = u64::from(cfg.prompt_tokens) + u64::from(cfg.max_tokens);
+            if asked > per_sequence {
+                return Err(planned
+                    .usage(format!(
+                        "--prompt-tokens {} plus --max-tokens {} exceed the {per_sequence} tokens a sequence holds in this deployment",
+                        cfg.prompt_tokens, cfg.max_tokens
+                    ))
+                    .hint("lower --prompt-tokens or --max-tokens"));
+            }
+            let store = sources.store()?;
+            let target = server::Target {
+                device,
+                model: planned.model(),
+                shape: planned.shape(),
+                parallel: planned.settings.parallel,
+            };
+            Some((planned, store, target))
+        }
+    };
+    let report = server::run(cfg, progress).map_err(bench_failure)?;
+    let Some((planned, store, target)) = target else {
+        return Ok(Benched {
+            report,
+            recorded: None,
+        });
+    };
+    let (rows, skipped) = server::measurements(&report, &target);
+    let mut new_run = planned.run("bench");
+    new_run.settings = serde_json::json!({
+        "url": report.url,
+        "endpoint": report.endpoint,
+        "served_model": report.served_model,
+        "prompt_tokens": report.prompt_tokens_requested,
+        "max_tokens": report.max_tokens,
+        "concurrency": cfg.concurrency,
+        "requests": cfg.requests,
+        "deployment": planned.doc.settings,
+    })
+    .to_string();
+    let run = store.begin_run(&new_run).map_err(store_failure)?;
+    let ids = rows
+        .iter()
+        .map(|m| store.record(run, m))
+        .collect::<Result<Vec<i64>, _>>()
+        .map_err(store_failure)?;
+    store
+        .finish_run(run, &now_rfc3339())
+        .map_err(store_failure)?;
+    Ok(Benched {
+        report,
+        recorded: Some(BenchRecorded {
+            deployment: planned.path.display().to_string(),
+            run: run.0,
+            rows: ids,
+            device_profile: target.device.profile,
+            skipped,
+        }),
     })
 }

@@ -5,6 +5,7 @@
 pub mod cpu;
 pub mod gpu;
 pub mod llama_bench;
+pub mod server;
 
 use crate::fleet::Fleet;
 use crate::model::ModelSpec;

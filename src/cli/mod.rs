@@ -5,6 +5,7 @@
 //! fits · 4 invalid input file (model, profile, database).
 
 mod calibrate;
+mod bench;
 mod estimate;
 mod inspect;
 pub mod output;
@@ -103,6 +104,9 @@ enum RawCommand {
         #[arg(long)]
         device: Option<String>,
     },
+    /// Measure a running OpenAI-compatible server (llama-server, vLLM, Ollama): time to first token, time per
+    /// output token and decode throughput at a few concurrencies; with --deployment, record them against it.
+    Bench(bench::RawBench),
     /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
@@ -186,6 +190,7 @@ enum Command {
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
     Calibrate(crate::app::CalibrateRequest, OutputFormat),
+    Bench(bench::Settings),
 }
 
 fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
@@ -251,6 +256,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
             let (req, format) = calibrate::settle(raw);
             Command::Calibrate(req, format)
         }
+        RawCommand::Bench(raw) => Command::Bench(bench::settle(raw)?),
         RawCommand::Schema { name } => {
             if crate::schema::by_name(&name).is_none() {
                 let names: Vec<&str> = crate::schema::NAMES.iter().map(|(n, _)| *n).collect();
@@ -412,6 +418,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
         Command::Calibrate(req, format) => calibrate::run(&common, &req, format),
+        Command::Bench(s) => bench::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
     }
 }
