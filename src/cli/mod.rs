@@ -6,6 +6,7 @@
 
 mod estimate;
 mod inspect;
+mod measurements;
 pub mod output;
 mod probe;
 mod profiles;
@@ -149,6 +150,12 @@ enum RawMeasurementsCommand {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// Show one measurement (row id) or a whole run (run:ID) with its host, run, device, model, shape and
+    /// context.
+    Show(measurements::RawShow),
+    /// Remove measurements by explicit selectors (all must hold), with their emptied runs and whatever devices,
+    /// models and hosts nothing refers to any more; --dry-run prints what would go.
+    Prune(measurements::RawPrune),
 }
 
 /// How a command renders its result on stdout.
@@ -178,6 +185,8 @@ enum Command {
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
     MeasurementsList(OutputFormat),
     MeasurementsExport,
+    MeasurementsShow(measurements::ShowSettings),
+    MeasurementsPrune(measurements::PruneSettings),
     Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
@@ -215,6 +224,12 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Measurements {
             command: RawMeasurementsCommand::Export,
         } => Command::MeasurementsExport,
+        RawCommand::Measurements {
+            command: RawMeasurementsCommand::Show(raw),
+        } => Command::MeasurementsShow(measurements::settle_show(raw)?),
+        RawCommand::Measurements {
+            command: RawMeasurementsCommand::Prune(raw),
+        } => Command::MeasurementsPrune(measurements::settle_prune(raw)?),
         RawCommand::Observe {
             deployment,
             tokens_per_s,
@@ -400,6 +415,8 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
             };
             write_stdout(&text)
         }
+        Command::MeasurementsShow(s) => measurements::show(&common, &s),
+        Command::MeasurementsPrune(s) => measurements::prune(&common, &s),
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
