@@ -3,6 +3,7 @@
 //! runners and server benchmarking of `optimizer calibrate` come next (issue 10).
 
 pub mod llama_bench;
+pub mod load_log;
 
 use crate::fleet::Fleet;
 use crate::model::ModelSpec;
