@@ -4,6 +4,7 @@
 
 pub mod llama_bench;
 pub mod load_log;
+pub mod runner;
 
 use crate::fleet::Fleet;
 use crate::model::ModelSpec;

@@ -4,6 +4,7 @@
 //! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
 //! fits · 4 invalid input file (model, profile, database).
 
+mod calibrate_runner;
 mod estimate;
 mod inspect;
 mod measurements;
@@ -100,6 +101,9 @@ enum RawCommand {
         #[arg(long)]
         device: Option<String>,
     },
+    /// Run an engine benchmark over a sweep and record every result as one run (temporary entry point: to be
+    /// folded under `calibrate --runner`).
+    CalibrateRunner(calibrate_runner::RunnerArgs),
     /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
@@ -187,6 +191,7 @@ enum Command {
     MeasurementsExport,
     MeasurementsShow(measurements::ShowSettings),
     MeasurementsPrune(measurements::PruneSettings),
+    CalibrateRunner(calibrate_runner::RunnerArgs),
     Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
@@ -255,6 +260,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
             };
             Command::Observe(deployment, what)
         }
+        RawCommand::CalibrateRunner(args) => Command::CalibrateRunner(args),
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Schema { name } => {
@@ -417,6 +423,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         }
         Command::MeasurementsShow(s) => measurements::show(&common, &s),
         Command::MeasurementsPrune(s) => measurements::prune(&common, &s),
+        Command::CalibrateRunner(args) => calibrate_runner::run(&args, &common),
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
