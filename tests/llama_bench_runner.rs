@@ -218,3 +218,98 @@ fn the_pinned_llama_bench_sweep_is_recorded() {
     assert_eq!(threads.len(), 4);
     assert!(ev.throughput.iter().all(|t| t.tokens_per_s > 0.0));
 }
+
+/// Two recording processes (an import of a 1,500-result llama-bench file and a sweep through a fake llama-bench)
+/// and `resolve`s, started together on one fresh database: every process succeeds (no `database is locked`
+/// escapes: writers take the lock at BEGIN, wait out the busy timeout and retry), every row of both lands in a
+/// complete run, and the file passes an integrity check.
+#[test]
+fn two_recorders_and_resolves_share_one_database() {
+    const RESULTS: usize = 1_500;
+    const RESOLVES: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    let one: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(fixture(OUTPUT))
+            .unwrap()
+            .lines()
+            .nth(1)
+            .unwrap(),
+    )
+    .unwrap();
+    let mut text = String::new();
+    for i in 0..RESULTS {
+        let mut r = one.clone();
+        r["n_threads"] = (1 + i % 16).into();
+        r["avg_ts"] = (100.0 + i as f64).into();
+        text.push_str(&r.to_string());
+        text.push('\n');
+    }
+    let long = dir.path().join("long.jsonl");
+    std::fs::write(&long, text).unwrap();
+    let spawn = |c: &mut std::process::Command| {
+        c.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let import = spawn(
+        bin()
+            .arg("--db")
+            .arg(&db)
+            .arg("--inventory")
+            .arg(fixture(INVENTORY))
+            .args(["measurements", "import", "--model"])
+            .arg(fixture("gguf/llama-q4_k_m.gguf"))
+            .arg(&long),
+    );
+    let sweep = spawn(
+        bin()
+            .arg("--db")
+            .arg(&db)
+            .arg("--inventory")
+            .arg(fixture(INVENTORY))
+            .args(["calibrate-runner", "--runner", "llama-bench", "--bench"])
+            .arg(fake(dir.path(), 4, 0))
+            .arg("-m")
+            .arg(fixture("gguf/llama-q4_k_m.gguf"))
+            .args(["--threads", "1,2", "--quick"]),
+    );
+    let resolves: Vec<_> = (0..RESOLVES)
+        .map(|_| {
+            spawn(
+                bin()
+                    .arg("--db")
+                    .arg(&db)
+                    .arg("--inventory")
+                    .arg(fixture(INVENTORY))
+                    .args(["resolve", "--format", "json", "-m"])
+                    .arg(fixture("gguf/llama-q4_k_m.gguf")),
+            )
+        })
+        .collect();
+    for (what, child) in [("import", import), ("sweep", sweep)]
+        .into_iter()
+        .chain(resolves.into_iter().map(|c| ("resolve", c)))
+    {
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{what}: {err}");
+        assert!(!err.contains("warning: planned without"), "{what}: {err}");
+    }
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+    let (rows, runs): (i64, i64) = c
+        .query_row(
+            "SELECT (SELECT count(*) FROM measurement m JOIN run r ON r.id = m.run_id WHERE r.status = 'complete'), \
+             (SELECT count(*) FROM run WHERE status = 'complete')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(rows, RESULTS as i64 + 4);
+    assert_eq!(runs, 2);
+}
