@@ -164,7 +164,7 @@ pub fn prune(common: &Common, s: &PruneSettings) -> Result<(), Failure> {
                 .as_secs();
             // `days` is at most MAX_OLDER_THAN_DAYS, so this cannot overflow; a clock younger than the span
             // selects nothing by age.
-            let span = days.checked_mul(SECONDS_PER_DAY).unwrap_or(u64::MAX);
+            let span = days.saturating_mul(SECONDS_PER_DAY);
             Some(crate::app::rfc3339(now.saturating_sub(span)))
         }
     };
