@@ -561,12 +561,15 @@ pub fn import_measurements(
     if serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v.get("metric").is_some()) {
         return import_export(sources, file, &text);
     }
+    if crate::calibrate::load_log::looks_like(&text) {
+        return import_load_log(sources, file, &text, model);
+    }
     let rows = crate::calibrate::llama_bench::parse(&text).map_err(|e| {
         Failure::new(
             exit::INVALID_INPUT,
             anyhow::anyhow!("{}: {e}", file.display()),
         )
-        .hint("expected the output of llama-bench -o json, jsonl, csv or sql")
+        .hint("expected the output of llama-bench -o json, jsonl, csv or sql, a llama.cpp load log (llama-server -lv 4 stderr), or a measurements export")
     })?;
     if rows.is_empty() {
         return Err(Failure::new(
@@ -627,6 +630,203 @@ pub fn import_measurements(
         .unwrap_or_default()
         .to_string();
     store.finish_run(run, &finished).map_err(store_failure)?;
+    Ok(Imported {
+        file: file.display().to_string(),
+        runs: vec![run.0],
+        rows: ids,
+        skipped,
+    })
+}
+
+/// A llama.cpp load log (`crate::calibrate::load_log`): one `peak_memory_bytes` row per device the log
+/// allocated on, valued at the buffers it states (file mappings left out, as the memory model leaves them out of
+/// its totals), with the memory model's estimate for the configuration the log resolved (context, batch,
+/// micro-batch, sequences, flash attention, KV types, offloaded layers, load mode, repacking) as
+/// `estimated_bytes`, so the planner widens that device class's reserve by what the model missed. The estimate
+/// leaves out what the log cannot show either: the per-GPU runtime overhead (CUDA context) and, with mmap, the
+/// host's mapped weights.
+fn import_load_log(
+    sources: &Sources,
+    file: &Path,
+    text: &str,
+    model: Option<&Path>,
+) -> Result<Imported, Failure> {
+    use crate::calibrate::load_log;
+    use crate::store::{
+        DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, Shape,
+    };
+    let invalid = |m: String| {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: {m}", file.display()),
+        )
+    };
+    let log = load_log::parse(text).map_err(invalid)?;
+    let Some(model) = model else {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("{}: a llama.cpp load log needs --model M, the model it loaded", file.display()),
+        )
+        .hint("the model's fingerprint keys the measurement, and its tensors are checked against the log"));
+    };
+    if log.loads > 1 {
+        return Err(invalid(format!(
+            "{} model loads in one log (a draft model, or several runs); import one load at a time",
+            log.loads
+        )));
+    }
+    let (totals, other) = log.totals().map_err(invalid)?;
+    if totals.is_empty() {
+        return Err(invalid(
+            "no buffer size lines for a device the planner models".into(),
+        )
+        .hint("run llama-server or llama-cli with -lv 4 (or --verbose) so the loader prints its buffers, and import its stderr"));
+    }
+    let spec = crate::model::load(model)?;
+    log.check_model(&spec).map_err(|e| {
+        Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("{}: not a load of {}: {e}", file.display(), model.display()),
+        )
+    })?;
+    let params = log.params().map_err(invalid)?;
+    let est = estimate(
+        sources,
+        &EstimateRequest {
+            model: model.to_path_buf(),
+            params: params.clone(),
+            hardware: None,
+        },
+    )?;
+    let set = sources.profiles()?;
+    let (inv, _) = sources.inventory()?;
+    let fleet = crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp)
+        .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
+    let mut skipped: Vec<String> = log
+        .malformed
+        .iter()
+        .map(|(n, l)| {
+            format!("line {n}: not a buffer or breakdown line as llama.cpp prints them: {l:?}")
+        })
+        .collect();
+    skipped.extend(other.iter().map(|b| {
+        format!(
+            "line {}: {} buffer: a backend the planner does not model",
+            b.line, b.name
+        )
+    }));
+    let mut measurements = Vec::new();
+    for t in &totals {
+        let device = if t.device == "cpu" {
+            Some(DeviceIdentity {
+                profile: fleet.host.class_id().to_string(),
+                name: inv.cpu.model.clone(),
+                uuid: None,
+            })
+        } else {
+            fleet
+                .gpus
+                .iter()
+                .find(|g| g.id.to_string() == t.device)
+                .map(|g| DeviceIdentity {
+                    profile: g.profile.clone(),
+                    name: g.name.clone(),
+                    uuid: None,
+                })
+        };
+        let Some(device) = device else {
+            skipped.push(format!(
+                "{}: the machine described has no such device to record it against (import with --inventory of that machine)",
+                t.device
+            ));
+            continue;
+        };
+        let e = est.devices.iter().find(|d| d.device == t.device);
+        let estimated = e.map(|d| {
+            let mapped = if t.device == "cpu" && est.resolved.mmap {
+                d.weights_bytes
+            } else {
+                0
+            };
+            d.total_bytes
+                .saturating_sub(d.overhead_bytes)
+                .saturating_sub(mapped)
+        });
+        let breakdown: Vec<&load_log::BreakdownRow> = log
+            .breakdown
+            .iter()
+            .filter(|r| load_log::device_of(&r.name).as_deref() == Some(t.device.as_str()))
+            .collect();
+        measurements.push(NewMeasurement {
+            device,
+            model: Some(ModelIdentity {
+                fingerprint: spec.fingerprint.clone(),
+                architecture: spec.architecture.clone(),
+                tensor_bytes: spec.tensor_bytes(),
+            }),
+            metric: "peak_memory_bytes".into(),
+            value: t.allocated_bytes as f64,
+            unit: "bytes".into(),
+            shape: Shape {
+                context_tokens: Some(params.n_ctx),
+                batch: Some(params.n_batch),
+                ubatch: Some(params.n_ubatch),
+                sequences: Some(params.n_parallel),
+                threads: log.threads,
+                gpu_layers: Some(est.resolved.n_gpu_layers),
+                kv_type: Some(params.type_k.name().to_lowercase()),
+                ..Shape::default()
+            },
+            context: serde_json::json!({
+                "source": "llama.cpp load log",
+                "device": t.device,
+                "buffers": t.buffers,
+                "mapped_bytes": t.mapped_bytes,
+                "estimated_bytes": estimated,
+                "estimate": e,
+                "breakdown_mib": breakdown,
+                "flash_attn": est.resolved.flash_attn,
+                "kv_unified": params.kv_unified,
+                "type_v": params.type_v.name().to_lowercase(),
+                "mmap": est.resolved.mmap,
+                "build_commit": log.build,
+            })
+            .to_string(),
+        });
+    }
+    if measurements.is_empty() {
+        return Err(invalid(format!(
+            "no device of the log is one of this machine's: {}",
+            skipped.join("; ")
+        )));
+    }
+    let store = sources.store()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.as_secs());
+    let run = store
+        .begin_run(&NewRun {
+            tool: "llama.cpp load log".into(),
+            runtime: crate::profile::RuntimeId::LlamaCpp,
+            runtime_version: log.build.clone(),
+            started_at: rfc3339(now),
+            settings: serde_json::json!({ "file": file.display().to_string() }).to_string(),
+            host: HostIdentity {
+                cpu_model: inv.cpu.model.clone(),
+                physical_cores: inv.cpu.physical_cores,
+                memory_total_bytes: inv.memory.total_bytes,
+                hostname: String::new(),
+            },
+        })
+        .map_err(store_failure)?;
+    let ids = measurements
+        .iter()
+        .map(|m| store.record(run, m))
+        .collect::<Result<Vec<i64>, _>>()
+        .map_err(store_failure)?;
+    store
+        .finish_run(run, &rfc3339(now))
+        .map_err(store_failure)?;
     Ok(Imported {
         file: file.display().to_string(),
         runs: vec![run.0],

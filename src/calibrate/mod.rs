@@ -6,6 +6,8 @@ pub mod cpu;
 pub mod gpu;
 pub mod llama_bench;
 pub mod server;
+pub mod load_log;
+pub mod runner;
 
 use crate::fleet::Fleet;
 use crate::model::ModelSpec;

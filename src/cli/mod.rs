@@ -6,8 +6,10 @@
 
 mod calibrate;
 mod bench;
+mod calibrate_runner;
 mod estimate;
 mod inspect;
+mod measurements;
 pub mod output;
 mod probe;
 mod profiles;
@@ -107,6 +109,9 @@ enum RawCommand {
     /// Measure a running OpenAI-compatible server (llama-server, vLLM, Ollama): time to first token, time per
     /// output token and decode throughput at a few concurrencies; with --deployment, record them against it.
     Bench(bench::RawBench),
+    /// Run an engine benchmark over a sweep and record every result as one run (temporary entry point: to be
+    /// folded under `calibrate --runner`).
+    CalibrateRunner(calibrate_runner::RunnerArgs),
     /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
@@ -157,6 +162,12 @@ enum RawMeasurementsCommand {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
+    /// Show one measurement (row id) or a whole run (run:ID) with its host, run, device, model, shape and
+    /// context.
+    Show(measurements::RawShow),
+    /// Remove measurements by explicit selectors (all must hold), with their emptied runs and whatever devices,
+    /// models and hosts nothing refers to any more; --dry-run prints what would go.
+    Prune(measurements::RawPrune),
 }
 
 /// How a command renders its result on stdout.
@@ -186,6 +197,9 @@ enum Command {
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
     MeasurementsList(OutputFormat),
     MeasurementsExport,
+    MeasurementsShow(measurements::ShowSettings),
+    MeasurementsPrune(measurements::PruneSettings),
+    CalibrateRunner(calibrate_runner::RunnerArgs),
     Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
@@ -225,6 +239,12 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Measurements {
             command: RawMeasurementsCommand::Export,
         } => Command::MeasurementsExport,
+        RawCommand::Measurements {
+            command: RawMeasurementsCommand::Show(raw),
+        } => Command::MeasurementsShow(measurements::settle_show(raw)?),
+        RawCommand::Measurements {
+            command: RawMeasurementsCommand::Prune(raw),
+        } => Command::MeasurementsPrune(measurements::settle_prune(raw)?),
         RawCommand::Observe {
             deployment,
             tokens_per_s,
@@ -250,6 +270,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
             };
             Command::Observe(deployment, what)
         }
+        RawCommand::CalibrateRunner(args) => Command::CalibrateRunner(args),
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Calibrate(raw) => {
@@ -415,6 +436,9 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
             };
             write_stdout(&text)
         }
+        Command::MeasurementsShow(s) => measurements::show(&common, &s),
+        Command::MeasurementsPrune(s) => measurements::prune(&common, &s),
+        Command::CalibrateRunner(args) => calibrate_runner::run(&args, &common),
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
         Command::Calibrate(req, format) => calibrate::run(&common, &req, format),

@@ -44,6 +44,9 @@ use crate::evidence::Basis;
 use crate::evidence::{CpuFigure, Evidence, MeasuredEfficiency, PeakMemory, ThroughputPoint};
 use crate::profile::{Phase, RuntimeId};
 
+mod manage;
+pub use manage::{Prune, Pruned, Shown, ShownMeasurement, ShownRun, ShownRunWithRows};
+
 /// The migrations, in order; the schema version after applying the first `n` is `n`.
 pub const MIGRATIONS: &[(&str, &str)] = &[
     (
@@ -365,6 +368,31 @@ fn open_inspected(path: &Path) -> Result<Option<(Connection, Found)>, StoreError
     }
 }
 
+/// Runs `f` again while it fails with `SQLITE_BUSY` (the busy timeout ran out, or SQLite refused to wait
+/// because waiting could deadlock), at most [`MAX_BUSY_RETRIES`] times with a doubling pause, so no busy error
+/// escapes a writer that merely met another process's transaction.
+fn retrying<T>(mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    let mut pause = Duration::from_millis(BUSY_RETRY_PAUSE_MS);
+    let mut retries = 0;
+    loop {
+        match f() {
+            Err(err) if err.is_busy() && retries < MAX_BUSY_RETRIES => {
+                retries += 1;
+                std::thread::sleep(pause);
+                pause = pause.saturating_mul(2);
+            }
+            result => return result,
+        }
+    }
+}
+
+/// A write transaction that takes the write lock at `BEGIN` (waiting up to the busy timeout for it) rather
+/// than at its first write: a deferred transaction that read first and then writes meets `SQLITE_BUSY` at
+/// once, without waiting, when another connection wrote in between (WAL's `SQLITE_BUSY_SNAPSHOT`).
+fn write_transaction(conn: &Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+}
+
 /// An open, migrated store.
 #[derive(Debug)]
 pub struct Store {
@@ -377,18 +405,7 @@ impl Store {
     /// Opens (creating it and its directory on first use) and migrates the database at `path`; see the module
     /// doc for what is checked before anything is written.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let mut pause = Duration::from_millis(BUSY_RETRY_PAUSE_MS);
-        let mut retries = 0;
-        loop {
-            match Self::open_once(path) {
-                Err(err) if err.is_busy() && retries < MAX_BUSY_RETRIES => {
-                    retries += 1;
-                    std::thread::sleep(pause);
-                    pause = pause.saturating_mul(2);
-                }
-                result => return result,
-            }
-        }
+        retrying(|| Self::open_once(path))
     }
 
     fn open_once(path: &Path) -> Result<Store, StoreError> {
@@ -648,8 +665,12 @@ impl Store {
     /// Records that a run started: it is `incomplete` (and ignored by lookups) until [`Store::finish_run`], so a
     /// run killed at any point leaves rows no plan uses.
     pub fn begin_run(&self, run: &NewRun) -> Result<RunId, StoreError> {
+        retrying(|| self.begin_run_once(run))
+    }
+
+    fn begin_run_once(&self, run: &NewRun) -> Result<RunId, StoreError> {
         let e = classify(&self.path);
-        let tx = self.conn.unchecked_transaction().map_err(&e)?;
+        let tx = write_transaction(&self.conn).map_err(&e)?;
         let h = &run.host;
         tx.execute(
             "INSERT INTO host (cpu_model, physical_cores, memory_total_bytes, hostname) VALUES (?1, ?2, ?3, ?4) \
@@ -696,14 +717,18 @@ impl Store {
     /// Records one measurement of a run (its device and model rows created on first use); returns its row id.
     /// A non-finite value is refused: nothing downstream could use it.
     pub fn record(&self, run: RunId, m: &NewMeasurement) -> Result<i64, StoreError> {
-        let e = classify(&self.path);
         if !m.value.is_finite() {
             return Err(StoreError::Value {
                 path: self.path.clone(),
                 what: format!("{} = {}: not a finite number", m.metric, m.value),
             });
         }
-        let tx = self.conn.unchecked_transaction().map_err(&e)?;
+        retrying(|| self.record_once(run, m))
+    }
+
+    fn record_once(&self, run: RunId, m: &NewMeasurement) -> Result<i64, StoreError> {
+        let e = classify(&self.path);
+        let tx = write_transaction(&self.conn).map_err(&e)?;
         let d = &m.device;
         tx.execute(
             "INSERT INTO device (profile, name, uuid) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
@@ -772,13 +797,15 @@ impl Store {
 
     /// Marks a run complete: from now on lookups use its rows.
     pub fn finish_run(&self, run: RunId, finished_at: &str) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE run SET status = 'complete', finished_at = ?2 WHERE id = ?1",
-                (run.0, finished_at),
-            )
-            .map(|_| ())
-            .map_err(classify(&self.path))
+        retrying(|| {
+            self.conn
+                .execute(
+                    "UPDATE run SET status = 'complete', finished_at = ?2 WHERE id = ?1",
+                    (run.0, finished_at),
+                )
+                .map(|_| ())
+                .map_err(classify(&self.path))
+        })
     }
 }
 
