@@ -1189,13 +1189,18 @@ pub struct Calibrated {
 /// Read bandwidth counts as saturated at 90 % of the most any thread count reached.
 pub const SATURATION_SHARE: f64 = 0.9;
 
-/// Measures this CPU with `bench` (the real loops, or a mock in tests) and records every figure as it finishes
-/// in one `calibrate` run; the run is marked complete at the end, also when `stop` cut it short (what finished is
+/// Opens the benchmark of the CUDA GPU with this ordinal (the real one through the driver, or a mock).
+pub type GpuBenchFactory<'a> = dyn FnMut(u32) -> Result<Box<dyn crate::calibrate::gpu::GpuBench>, crate::calibrate::gpu::GpuError>
+    + 'a;
+
+/// Measures this CPU with `bench` (the real loops, or a mock in tests), then each NVIDIA GPU the inventory lists
+/// through `gpu_bench`, and records every figure as it finishes in one `calibrate` run; the run is marked complete at the end, also when `stop` cut it short (what finished is
 /// kept), and stays `incomplete` (never used) if the process dies first.
 pub fn calibrate(
     sources: &Sources,
     req: &CalibrateRequest,
     bench: &mut dyn crate::calibrate::cpu::CpuBench,
+    gpu_bench: &mut GpuBenchFactory<'_>,
     stop: &std::sync::atomic::AtomicBool,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Calibrated, Failure> {
@@ -1282,6 +1287,53 @@ pub fn calibrate(
             anyhow::anyhow!("recording a measurement: {e}"),
         )
     })?;
+    let mut notes = plan.notes.clone();
+    let mut failed: Vec<String> = outcome
+        .failed
+        .iter()
+        .map(|(s, why)| format!("{}: {why}", s.label()))
+        .collect();
+    let mut stopped = outcome.stopped;
+    for g in fleet
+        .gpus
+        .iter()
+        .filter(|g| g.id.kind == crate::fleet::DeviceKind::Cuda)
+    {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            stopped = true;
+            break;
+        }
+        let device = crate::store::DeviceIdentity {
+            profile: g.profile.clone(),
+            name: g.name.clone(),
+            uuid: None,
+        };
+        match calibrate_gpu(g, spec.as_ref(), req.quick, gpu_bench, stop, progress) {
+            Err(e) => failed.push(format!("{}: {e}", g.id)),
+            Ok(cal) => {
+                stopped |= cal.stopped;
+                notes.extend(cal.notes.iter().map(|n| format!("{}: {n}", g.id)));
+                failed.extend(
+                    cal.failures
+                        .iter()
+                        .map(|(what, e)| format!("{} {what}: {e}", g.id)),
+                );
+                for m in &crate::calibrate::gpu::to_measurements(&cal.results, device) {
+                    let row = store.record(run, m).map_err(store_failure)?;
+                    figures.push(CalibratedFigure {
+                        row,
+                        what: format!("{} {}", g.id, m.metric),
+                        metric: m.metric.clone(),
+                        threads: 0,
+                        value: m.value,
+                        unit: m.unit.clone(),
+                        min: m.value,
+                        max: m.value,
+                    });
+                }
+            }
+        }
+    }
     store.finish_run(run, &now()).map_err(store_failure)?;
     let reads: Vec<(u32, f64)> = outcome
         .measured
@@ -1306,15 +1358,73 @@ pub fn calibrate(
             .filter(|r| r.1 >= SATURATION_SHARE * most)
             .map(|r| r.0)
             .min(),
-        failed: outcome
-            .failed
-            .iter()
-            .map(|(s, why)| format!("{}: {why}", s.label()))
-            .collect(),
-        stopped: outcome.stopped,
-        notes: plan.notes,
+        failed,
+        stopped,
+        notes,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The GPU micro-benchmarks of one CUDA GPU: the model's layer shapes (or the defaults) and weight types,
+/// efficiencies against the GPU's profile peaks.
+fn calibrate_gpu(
+    g: &crate::fleet::FleetGpu,
+    spec: Option<&crate::model::ModelSpec>,
+    quick: bool,
+    gpu_bench: &mut GpuBenchFactory<'_>,
+    stop: &std::sync::atomic::AtomicBool,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<crate::calibrate::gpu::GpuCalibration, crate::calibrate::gpu::GpuError> {
+    use crate::calibrate::gpu::{self, GpuDtype, GpuPlan, LayerShape, Peaks};
+    let mut bench = gpu_bench(g.id.ordinal)?;
+    let peaks =
+        (g.bandwidth_bytes_per_s > 0.0 && g.flops.is_finite() && g.flops > 0.0).then_some(Peaks {
+            bandwidth_bytes_per_s: g.bandwidth_bytes_per_s,
+            flops: g.flops,
+        });
+    let mut shapes: Vec<LayerShape> = Vec::new();
+    let mut dtypes: Vec<GpuDtype> = Vec::new();
+    if let Some(m) = spec {
+        for t in m
+            .tensors
+            .iter()
+            .filter(|t| t.shape.len() == 2 && t.layer.is_some())
+        {
+            if let (Ok(rows), Ok(cols)) = (u32::try_from(t.shape[0]), u32::try_from(t.shape[1])) {
+                let s = LayerShape { rows, cols };
+                if !shapes.contains(&s) {
+                    shapes.push(s);
+                }
+            }
+            if let crate::model::Dtype::Ggml(ty) = t.dtype
+                && let Some(d) = GpuDtype::from_ggml(ty)
+                && !dtypes.contains(&d)
+            {
+                dtypes.push(d);
+            }
+        }
+        shapes.sort();
+    }
+    if shapes.is_empty() {
+        shapes = gpu::DEFAULT_SHAPES.to_vec();
+    }
+    let plan = if quick {
+        GpuPlan::quick(&shapes, peaks)
+    } else {
+        GpuPlan::full(&shapes, peaks)
+    };
+    let plan = if spec.is_some() {
+        plan.limit_to(&dtypes)
+    } else {
+        plan
+    };
+    let label = g.id.to_string();
+    Ok(gpu::run(
+        bench.as_mut(),
+        &plan,
+        &mut |p| progress(p.step, p.total, &format!("{label} {}", p.label)),
+        stop,
+    ))
 }
 
 /// What `bench` measured and, with a deployment, recorded.

@@ -301,9 +301,26 @@ fn imports_killed_midway_leave_no_usable_partial_run() {
             .stderr(std::process::Stdio::null());
         c
     };
+    let runs = || -> i64 {
+        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| c.query_row("SELECT count(*) FROM run", [], |r| r.get(0)))
+            .unwrap_or(0)
+    };
     for i in 0..20u64 {
+        let before = runs();
         let mut child = import().spawn().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20 + 37 * i));
+        if i % 2 == 1 {
+            // Once this import's run has begun (so the kill lands mid-run however loaded the machine is),
+            // after a varied delay; a minute at most.
+            let start = std::time::Instant::now();
+            while runs() == before && start.elapsed() < std::time::Duration::from_secs(60) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(3 * i));
+        } else {
+            // Anywhere from start-up on.
+            std::thread::sleep(std::time::Duration::from_millis(20 + 37 * i));
+        }
         let _ = child.kill();
         let _ = child.wait();
     }

@@ -1,4 +1,4 @@
-//! `calibrate --runner llama-bench` (temporarily `optimizer calibrate-runner --runner llama-bench`): a sweep run
+//! `calibrate --runner llama-bench`: a sweep run
 //! through a llama-bench whose results are recorded as one run as they arrive.
 //!
 //! Fake llama-bench scripts print the committed output of the pinned build
@@ -40,7 +40,7 @@ fn calibrate(db: &Path, bench: &Path, extra: &[&str]) -> std::process::Output {
         .arg(db)
         .arg("--inventory")
         .arg(fixture(INVENTORY))
-        .args(["calibrate-runner", "--runner", "llama-bench", "--bench"])
+        .args(["calibrate", "--runner", "llama-bench", "--bench"])
         .arg(bench)
         .arg("-m")
         .arg(fixture("gguf/llama-q4_k_m.gguf"))
@@ -269,7 +269,7 @@ fn two_recorders_and_resolves_share_one_database() {
             .arg(&db)
             .arg("--inventory")
             .arg(fixture(INVENTORY))
-            .args(["calibrate-runner", "--runner", "llama-bench", "--bench"])
+            .args(["calibrate", "--runner", "llama-bench", "--bench"])
             .arg(fake(dir.path(), 4, 0))
             .arg("-m")
             .arg(fixture("gguf/llama-q4_k_m.gguf"))

@@ -5,9 +5,9 @@
 pub mod cpu;
 pub mod gpu;
 pub mod llama_bench;
-pub mod server;
 pub mod load_log;
 pub mod runner;
+pub mod server;
 
 use crate::fleet::Fleet;
 use crate::model::ModelSpec;

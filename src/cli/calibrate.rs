@@ -4,30 +4,86 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
+use super::calibrate_runner::{Runner, RunnerArgs};
 use super::{Common, Failure, OutputFormat, render, write_stdout};
 use crate::app::{CalibrateRequest, Calibrated};
 use crate::calibrate::cpu::{Machine, STOP};
 
 #[derive(Debug, clap::Args)]
 pub struct RawCalibrate {
-    /// One thread and all cores, 3 short repetitions per figure (under a minute on 2 cores).
+    /// Micro-benchmarks: one thread and all cores, 3 short repetitions per figure (under a minute on 2 cores).
+    /// With --runner: short engine tests (a 64-token prompt, 16 generated tokens, 2 repetitions).
     #[arg(long)]
     quick: bool,
-    /// Measure only the dot products this model's weights need, at its layer shape.
-    #[arg(long, value_name = "FILE")]
+    /// Micro-benchmarks: only the dot products this model's weights need, with its row length. With --runner:
+    /// the model the engine benchmarks.
+    #[arg(short = 'm', long, value_name = "FILE")]
     model: Option<PathBuf>,
+    /// Run an engine's own benchmark over a sweep instead of the micro-benchmarks, and record every result.
+    #[arg(long, value_enum, requires = "model")]
+    runner: Option<Runner>,
+    /// The llama-bench binary (also: LLAMA_BENCH; else `llama-bench` on PATH).
+    #[arg(long, value_name = "PATH", requires = "runner")]
+    bench: Option<PathBuf>,
+    /// Thread counts to sweep (default: the machine's physical cores).
+    #[arg(long, value_delimiter = ',', requires = "runner")]
+    threads: Vec<u32>,
+    /// GPU layers (-ngl) to sweep (default: llama-bench's).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        requires = "runner"
+    )]
+    ngl: Vec<i32>,
+    /// Batch sizes (-b) to sweep.
+    #[arg(long, value_delimiter = ',', requires = "runner")]
+    batch: Vec<u32>,
+    /// Micro-batch sizes (-ub) to sweep.
+    #[arg(long, value_delimiter = ',', requires = "runner")]
+    ubatch: Vec<u32>,
+    /// Flash attention settings to sweep: on, off, auto (or 1, 0).
+    #[arg(long, value_delimiter = ',', requires = "runner")]
+    flash_attn: Vec<String>,
+    /// K cache types to sweep (f16, q8_0, ...).
+    #[arg(long, value_delimiter = ',', requires = "runner")]
+    cache_type_k: Vec<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
 }
 
-pub fn settle(raw: RawCalibrate) -> (CalibrateRequest, OutputFormat) {
-    (
-        CalibrateRequest {
+/// What `calibrate` runs.
+#[derive(Debug)]
+pub enum Mode {
+    /// The CPU micro-benchmarks.
+    Micro(CalibrateRequest, OutputFormat),
+    /// An engine's benchmark over a sweep (`--runner`).
+    Runner(RunnerArgs),
+}
+
+pub fn settle(raw: RawCalibrate) -> Mode {
+    match (raw.runner, raw.model) {
+        (Some(runner), Some(model)) => Mode::Runner(RunnerArgs {
+            runner,
+            model,
+            bench: raw.bench,
+            threads: raw.threads,
+            ngl: raw.ngl,
+            batch: raw.batch,
+            ubatch: raw.ubatch,
+            flash_attn: raw.flash_attn,
+            cache_type_k: raw.cache_type_k,
             quick: raw.quick,
-            model: raw.model,
-        },
-        raw.format,
-    )
+            format: raw.format,
+        }),
+        (_, model) => Mode::Micro(
+            CalibrateRequest {
+                quick: raw.quick,
+                model,
+            },
+            raw.format,
+        ),
+    }
 }
 
 #[cfg(unix)]
@@ -98,7 +154,14 @@ fn table(c: &Calibrated) -> String {
     t
 }
 
-pub fn run(common: &Common, req: &CalibrateRequest, format: OutputFormat) -> Result<(), Failure> {
+pub fn run(common: &Common, mode: &Mode) -> Result<(), Failure> {
+    match mode {
+        Mode::Micro(req, format) => micro(common, req, *format),
+        Mode::Runner(args) => super::calibrate_runner::run(args, common),
+    }
+}
+
+fn micro(common: &Common, req: &CalibrateRequest, format: OutputFormat) -> Result<(), Failure> {
     catch_interrupt();
     let bar = indicatif::ProgressBar::new(0);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
@@ -107,11 +170,22 @@ pub fn run(common: &Common, req: &CalibrateRequest, format: OutputFormat) -> Res
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut machine = Machine::default();
-    let done = crate::app::calibrate(common, req, &mut machine, &STOP, &mut |i, n, label| {
-        bar.set_length(n as u64);
-        bar.set_position(i as u64);
-        bar.set_message(label.to_string());
-    });
+    let mut gpus = |ordinal: u32| {
+        crate::calibrate::gpu::CudaBench::new(ordinal as usize)
+            .map(|b| Box::new(b) as Box<dyn crate::calibrate::gpu::GpuBench>)
+    };
+    let done = crate::app::calibrate(
+        common,
+        req,
+        &mut machine,
+        &mut gpus,
+        &STOP,
+        &mut |i, n, label| {
+            bar.set_length(n as u64);
+            bar.set_position(i as u64);
+            bar.set_message(label.to_string());
+        },
+    );
     bar.finish_and_clear();
     let done = done?;
     let text = match format {

@@ -17,6 +17,7 @@ pub enum Runner {
     LlamaBench,
 }
 
+/// The sweep's settings (`calibrate --runner` fills them from its flags).
 #[derive(Debug, Args)]
 pub struct RunnerArgs {
     /// The engine benchmark to run.

@@ -4,8 +4,8 @@
 //! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
 //! fits · 4 invalid input file (model, profile, database).
 
-mod calibrate;
 mod bench;
+mod calibrate;
 mod calibrate_runner;
 mod estimate;
 mod inspect;
@@ -109,9 +109,6 @@ enum RawCommand {
     /// Measure a running OpenAI-compatible server (llama-server, vLLM, Ollama): time to first token, time per
     /// output token and decode throughput at a few concurrencies; with --deployment, record them against it.
     Bench(bench::RawBench),
-    /// Run an engine benchmark over a sweep and record every result as one run (temporary entry point: to be
-    /// folded under `calibrate --runner`).
-    CalibrateRunner(calibrate_runner::RunnerArgs),
     /// Print a JSON Schema: deployment, hardware-profile, workload, rules, inventory or cluster.
     Schema {
         /// Schema name.
@@ -199,11 +196,10 @@ enum Command {
     MeasurementsExport,
     MeasurementsShow(measurements::ShowSettings),
     MeasurementsPrune(measurements::PruneSettings),
-    CalibrateRunner(calibrate_runner::RunnerArgs),
     Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
-    Calibrate(crate::app::CalibrateRequest, OutputFormat),
+    Calibrate(calibrate::Mode),
     Bench(bench::Settings),
 }
 
@@ -270,13 +266,9 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
             };
             Command::Observe(deployment, what)
         }
-        RawCommand::CalibrateRunner(args) => Command::CalibrateRunner(args),
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
-        RawCommand::Calibrate(raw) => {
-            let (req, format) = calibrate::settle(raw);
-            Command::Calibrate(req, format)
-        }
+        RawCommand::Calibrate(raw) => Command::Calibrate(calibrate::settle(raw)),
         RawCommand::Bench(raw) => Command::Bench(bench::settle(raw)?),
         RawCommand::Schema { name } => {
             if crate::schema::by_name(&name).is_none() {
@@ -438,10 +430,9 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         }
         Command::MeasurementsShow(s) => measurements::show(&common, &s),
         Command::MeasurementsPrune(s) => measurements::prune(&common, &s),
-        Command::CalibrateRunner(args) => calibrate_runner::run(&args, &common),
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
-        Command::Calibrate(req, format) => calibrate::run(&common, &req, format),
+        Command::Calibrate(mode) => calibrate::run(&common, &mode),
         Command::Bench(s) => bench::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
     }
