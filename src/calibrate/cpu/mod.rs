@@ -182,6 +182,16 @@ pub const DEFAULT_DOT_COLS: usize = 4096;
 pub const DOT_L2_SHARE: u64 = 2;
 /// L2 per core when the inventory does not say: 256 KiB, the smallest of current x86 and Arm server cores.
 pub const L2_BYTES_UNKNOWN: u64 = 256 << 10;
+/// Largest L2 per core taken from an inventory: 32 MiB, IBM Telum's (z16), the largest a shipping core has. A
+/// bigger figure is not a per-core L2 (a hand-written or corrupt inventory) and would size the GEMV at gigabytes.
+pub const L2_BYTES_MAX: u64 = 32 << 20;
+/// Widest GEMV row taken from a model: 65536 weights, four times the widest hidden size of published LLMs
+/// (Llama-3.1-405B's 16384). A GGUF may declare any u32 embedding length; a wider one is not a real layer and
+/// eight of its rows alone would take gigabytes.
+pub const DOT_MAX_COLS: usize = 1 << 16;
+/// Most bytes of weights one GEMV step allocates: the plan asks for half an L2 per thread (megabytes); a request
+/// beyond this is refused as a step failure instead of exhausting memory.
+pub const DOT_MAX_WEIGHT_BYTES: u64 = 1 << 30;
 /// Fewest rows a thread multiplies (a row per thread would measure call overhead).
 pub const DOT_MIN_ROWS_PER_THREAD: usize = 8;
 /// `--quick`: 3 repetitions of 0.12 s per figure (about 8 s on a 2-core machine); a full run 5 of 0.4 s.
@@ -260,11 +270,20 @@ impl Plan {
                 let embd = m
                     .hparams
                     .embedding_length
-                    .and_then(|e| usize::try_from(e).ok())
-                    .filter(|e| *e >= kernels::QK_K && e % kernels::QK_K == 0);
+                    .and_then(|e| usize::try_from(e).ok());
                 let cols = match embd {
-                    Some(e) => e,
-                    None => {
+                    Some(e)
+                        if e >= kernels::QK_K && e % kernels::QK_K == 0 && e <= DOT_MAX_COLS =>
+                    {
+                        e
+                    }
+                    Some(e) if e > DOT_MAX_COLS => {
+                        notes.push(format!(
+                            "the model's embedding length {e} is above {DOT_MAX_COLS}, not a real layer's: GEMV rows of the default {DEFAULT_DOT_COLS}"
+                        ));
+                        DEFAULT_DOT_COLS
+                    }
+                    _ => {
                         notes.push(format!(
                             "the model's embedding length is not a multiple of {}: GEMV rows of the default {}",
                             kernels::QK_K,
@@ -285,7 +304,16 @@ impl Plan {
         }
         let mut dot_threads = vec![1, cores];
         dot_threads.dedup();
-        let l2 = l2_bytes.filter(|b| *b > 0).unwrap_or(L2_BYTES_UNKNOWN);
+        let l2 = match l2_bytes.filter(|b| *b > 0) {
+            None => L2_BYTES_UNKNOWN,
+            Some(b) if b > L2_BYTES_MAX => {
+                notes.push(format!(
+                    "an L2 of {b} bytes per core is not one a CPU has: GEMV rows sized for {L2_BYTES_MAX} bytes"
+                ));
+                L2_BYTES_MAX
+            }
+            Some(b) => b,
+        };
         for &t in &dot_threads {
             for &ty in &types {
                 let (per, bytes, _) = ty.block();
@@ -581,15 +609,24 @@ impl CpuBench for Machine {
             ));
         }
         let blocks = cols / per;
+        let weight_blocks = rows
+            .checked_mul(blocks)
+            .filter(|b| b.checked_mul(xbytes).is_some_and(|n| n as u64 <= DOT_MAX_WEIGHT_BYTES))
+            .ok_or_else(|| {
+                format!(
+                    "a {rows}x{cols} {} GEMV needs more than {DOT_MAX_WEIGHT_BYTES} bytes of weights",
+                    t.name()
+                )
+            })?;
         let mut rng = kernels::Rng::new(0x5eed);
-        let w = kernels::weights(t, rows * blocks, &mut rng);
+        let w = kernels::weights(t, weight_blocks, &mut rng);
         let act: Vec<f32> = (0..cols).map(|_| rng.unit()).collect();
         let n = threads.max(1) as usize;
         let row_bytes = blocks * xbytes;
         Ok(measure(
             threads,
             budget,
-            (rows * cols) as f64 / n as f64,
+            rows as f64 * cols as f64 / n as f64,
             &|th, it| {
                 let (lo, hi) = share(rows, th, n);
                 // ggml quantizes the activations once per matmul, for all of a layer's thousands of rows:
@@ -790,6 +827,79 @@ mod tests {
         assert_eq!(a.len() * 8, 1 << 20);
         assert_eq!(b.len() * 8, 1 << 20);
         assert_eq!(c.len() * 4, 2 << 20);
+    }
+
+    /// Bytes of weights each GEMV step of `p` allocates.
+    fn dot_weight_bytes(p: &Plan) -> Vec<u64> {
+        p.steps
+            .iter()
+            .filter_map(|s| match *s {
+                Step::Dot { t, rows, cols, .. } => {
+                    let (per, bytes, _) = t.block();
+                    Some((rows * (cols / per) * bytes) as u64)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_absurd_l2_size_does_not_size_the_gemv_at_terabytes() {
+        // An inventory claiming 1 TiB of L2 per core asked for a 550 GB GEMV (an abort on allocation).
+        let p = Plan::new(true, 2, (Some(1 << 40), Some(32 << 20)), 16 << 30, None);
+        let bytes = dot_weight_bytes(&p);
+        assert!(!bytes.is_empty());
+        assert!(
+            bytes.iter().all(|b| *b <= 2 * L2_BYTES_MAX / DOT_L2_SHARE),
+            "{bytes:?}"
+        );
+        assert!(p.notes.iter().any(|n| n.contains("L2")), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn an_absurd_embedding_length_keeps_the_gemv_rows_of_a_real_layer() {
+        // A GGUF may declare any u32 embedding length: 4294967040 asked for a 36 GB GEMV of eight rows a thread.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/gguf/llama-q4_k_m.gguf");
+        let mut m = crate::model::load(&path).unwrap();
+        m.hparams.embedding_length = Some(4_294_967_040);
+        let p = Plan::new(
+            true,
+            2,
+            (Some(512 << 10), Some(32 << 20)),
+            16 << 30,
+            Some(&m),
+        );
+        assert!(
+            p.steps.iter().all(|s| match s {
+                Step::Dot { cols, .. } => *cols == DEFAULT_DOT_COLS,
+                _ => true,
+            }),
+            "{:?}",
+            p.steps
+        );
+        assert!(
+            p.notes.iter().any(|n| n.contains("4294967040")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn a_gemv_beyond_the_weight_bound_fails_its_step_without_allocating() {
+        let budget = Budget {
+            rep_secs: 0.001,
+            reps: 1,
+        };
+        let e = Machine::default()
+            .dot(DotType::Q8_0, 1 << 20, DOT_MAX_COLS, 1, budget)
+            .unwrap_err();
+        assert!(e.contains("bytes of weights"), "{e}");
+        assert!(
+            Machine::default()
+                .dot(DotType::Q8_0, usize::MAX / 2, 1 << 16, 1, budget)
+                .is_err()
+        );
     }
 
     #[test]
