@@ -1216,16 +1216,32 @@ pub fn calibrate(
         .map(crate::model::load)
         .transpose()
         .map_err(Failure::from)?;
-    let plan = Plan::new(
+    // The inventory sizes the plan; this machine bounds it (the inventory may describe another or a wrong one).
+    let capacity = bench.capacity();
+    let mut bounded = Vec::new();
+    let mut cores = fleet.host.usable_cores();
+    if let Some(t) = capacity.threads.filter(|t| *t < cores) {
+        bounded.push(format!(
+            "the inventory gives {cores} cores; this machine runs {t} threads at once: the sweep stops at {t}"
+        ));
+        cores = t.max(1);
+    }
+    let available = capacity
+        .available_bytes
+        .map_or(inv.memory.available_bytes, |a| {
+            a.min(inv.memory.available_bytes)
+        });
+    let mut plan = Plan::new(
         req.quick,
-        fleet.host.usable_cores(),
+        cores,
         (
             inv.cpu.caches.as_ref().and_then(|c| c.l2_bytes),
             inv.cpu.caches.as_ref().and_then(|c| c.l3_bytes),
         ),
-        inv.memory.available_bytes,
+        available,
         spec.as_ref(),
     );
+    plan.notes.extend(bounded);
     let device = crate::store::DeviceIdentity {
         profile: fleet.host.class_id().to_string(),
         name: inv.cpu.model.clone(),

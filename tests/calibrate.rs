@@ -393,3 +393,86 @@ fn two_calibrations_and_a_resolve_share_one_database() {
         .unwrap();
     assert_eq!(ok, "ok");
 }
+
+/// A bench on a machine that runs 2 threads at once with 1 GiB free, remembering the most threads and the
+/// largest arrays any step asked of it.
+#[derive(Default)]
+struct Small {
+    most_threads: u32,
+    most_bytes: u64,
+}
+
+impl CpuBench for Small {
+    fn isa(&self) -> String {
+        REFERENCE.isa.into()
+    }
+    fn capacity(&self) -> optimizer::calibrate::cpu::Capacity {
+        optimizer::calibrate::cpu::Capacity {
+            threads: Some(2),
+            available_bytes: Some(1 << 30),
+        }
+    }
+    fn stream(&mut self, s: Stream, threads: u32, bytes: u64, b: Budget) -> Result<Sample, String> {
+        self.most_threads = self.most_threads.max(threads);
+        self.most_bytes = self.most_bytes.max(bytes);
+        Scaled(1.0).stream(s, threads, bytes, b)
+    }
+    fn fma(&mut self, threads: u32, b: Budget) -> Result<Sample, String> {
+        self.most_threads = self.most_threads.max(threads);
+        Scaled(1.0).fma(threads, b)
+    }
+    fn dot(
+        &mut self,
+        t: DotType,
+        rows: usize,
+        cols: usize,
+        threads: u32,
+        b: Budget,
+    ) -> Result<Sample, String> {
+        self.most_threads = self.most_threads.max(threads);
+        Scaled(1.0).dot(t, rows, cols, threads, b)
+    }
+}
+
+/// An inventory that claims 4096 cores and 19 GB free (another machine's, or a wrong one) must not make the
+/// calibration of this 2-thread, 1 GiB machine spawn 4096 threads, label figures with thread counts that never
+/// ran at once, or allocate arrays sized for memory it does not have.
+#[test]
+fn calibrate_is_bounded_by_this_machines_threads_and_memory_not_the_inventorys() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("b.db");
+    let mut inv: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(fixture(CPU_INVENTORY)).unwrap()).unwrap();
+    inv["cpu"]["physical_cores"] = 4096.into();
+    inv["cpu"]["logical_cpus"] = 4096.into();
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, serde_yaml_ng::to_string(&inv).unwrap()).unwrap();
+    let s = Sources {
+        inventory: Some((big, optimizer::app::SettingOrigin::Flag)),
+        profile_dirs: vec![],
+        db: Some(db),
+    };
+    let mut bench = Small::default();
+    let done = app::calibrate(
+        &s,
+        &CalibrateRequest::default(),
+        &mut bench,
+        &mut no_gpu,
+        &AtomicBool::new(false),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert_eq!(bench.most_threads, 2);
+    assert!(done.figures.iter().all(|f| f.threads <= 2), "{done:?}");
+    // Three arrays of the triad within an eighth of the 1 GiB this machine has free.
+    assert!(
+        bench.most_bytes * 3 <= (1 << 30) / 8,
+        "{} bytes per array",
+        bench.most_bytes
+    );
+    assert!(
+        done.notes.iter().any(|n| n.contains("4096 cores")),
+        "{:?}",
+        done.notes
+    );
+}

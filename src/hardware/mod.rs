@@ -202,6 +202,15 @@ pub fn probe_live_scoped(cuda_details_for: &dyn Fn(&Gpu) -> bool) -> Inventory {
     }
 }
 
+/// This machine's CPU and memory with its container limits applied, without the GPUs: what `calibrate` bounds
+/// its threads and arrays by (an inventory file may describe another machine, or a wrong one).
+pub fn probe_host() -> (Cpu, Memory) {
+    let mut notes = Vec::new();
+    let (mut cpu, mut memory) = cpu::probe(&mut notes);
+    apply_cgroup_limits(&mut cpu, &mut memory, &mut notes);
+    (cpu, memory)
+}
+
 fn apply_cgroup_limits(cpu: &mut Cpu, memory: &mut Memory, notes: &mut Vec<String>) {
     let Ok(proc_cgroup) = std::fs::read_to_string("/proc/self/cgroup") else {
         return;

@@ -67,8 +67,23 @@ pub struct Sample {
     pub samples: Vec<f64>,
 }
 
+/// What the machine the benchmarks run on can give them, as far as the bench knows (a mock: nothing). The plan
+/// is sized from the inventory, which may describe another machine (`--inventory`) or a wrong one; these bound
+/// it, so no step spawns more threads than run at once or allocates more than is free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capacity {
+    /// Threads that run at once (CPU affinity and cgroup quota included).
+    pub threads: Option<u32>,
+    /// Bytes of memory available now (cgroup limit included).
+    pub available_bytes: Option<u64>,
+}
+
 /// The timing seam: a real machine or a mock.
 pub trait CpuBench {
+    /// What this machine can give the benchmarks; by default nothing is known (a mock).
+    fn capacity(&self) -> Capacity {
+        Capacity::default()
+    }
     /// The instruction set the kernels run with (`avx2+fma+f16c`, `portable`).
     fn isa(&self) -> String;
     /// Bytes per second of `stream` over arrays of `bytes` each, split across `threads` threads.
@@ -523,6 +538,18 @@ impl CpuBench for Machine {
         kernels::isa().into()
     }
 
+    fn capacity(&self) -> Capacity {
+        let (cpu, memory) = crate::hardware::probe_host();
+        let threads = std::thread::available_parallelism()
+            .ok()
+            .and_then(|n| u32::try_from(n.get()).ok())
+            .unwrap_or(cpu.logical_cpus);
+        Capacity {
+            threads: Some(threads.max(1)),
+            available_bytes: Some(memory.available_bytes),
+        }
+    }
+
     fn stream(
         &mut self,
         stream: Stream,
@@ -900,6 +927,13 @@ mod tests {
                 .dot(DotType::Q8_0, usize::MAX / 2, 1 << 16, 1, budget)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn the_real_machine_reports_the_threads_and_memory_it_has() {
+        let c = Machine::default().capacity();
+        assert!(c.threads.is_some_and(|t| t >= 1), "{c:?}");
+        assert!(c.available_bytes.is_some_and(|b| b > 0), "{c:?}");
     }
 
     #[test]
