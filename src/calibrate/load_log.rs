@@ -18,6 +18,10 @@ use std::collections::BTreeMap;
 /// 100; a log with more is not one load's.
 pub const MAX_BUFFER_LINES: usize = 10_000;
 
+/// Most rows one breakdown table holds: a row per device and host buffer type, about 40 on 16 GPUs; a table
+/// with more is not one load's.
+pub const MAX_BREAKDOWN_ROWS: usize = 1_000;
+
 const MIB: u128 = 1 << 20;
 const GIB: u128 = 1 << 30;
 
@@ -273,7 +277,9 @@ fn breakdown_row(msg: &str) -> Option<BreakdownRow> {
 /// line is ignored.
 pub fn parse(text: &str) -> Result<LoadLog, String> {
     let mut log = LoadLog::default();
-    let mut table: Option<Vec<BreakdownRow>> = None;
+    // The table being read, and whether a row of it came after the context was built (then it is kept when it
+    // ends: a later table replaces it, so the last such table wins).
+    let mut table: Option<(Vec<BreakdownRow>, bool)> = None;
     let mut context_built = false;
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
@@ -297,16 +303,24 @@ pub fn parse(text: &str) -> Result<LoadLog, String> {
         }
         if msg.contains("memory_breakdown_print:") {
             if msg.contains("memory breakdown [MiB]") {
-                table = Some(Vec::new());
+                keep_table(&mut log, table.take());
+                table = Some((Vec::new(), false));
             } else if msg.contains("| - ") || msg.contains("|   - ") {
                 match (breakdown_row(msg), table.as_mut()) {
-                    (Some(row), Some(t)) => t.push(row),
+                    (Some(row), Some((t, _))) => {
+                        if t.len() >= MAX_BREAKDOWN_ROWS {
+                            return Err(format!(
+                                "line {n}: a memory breakdown table of more than {MAX_BREAKDOWN_ROWS} rows: not one load's log"
+                            ));
+                        }
+                        t.push(row);
+                    }
                     _ => log.malformed.push((n, raw.to_string())),
                 }
                 // A projection (before the context) is replaced by the next table; the last table after the
                 // context was built is the one kept.
-                if context_built && let Some(t) = &table {
-                    log.breakdown = t.clone();
+                if context_built && let Some((_, after_context)) = table.as_mut() {
+                    *after_context = true;
                 }
             }
             continue;
@@ -380,7 +394,16 @@ pub fn parse(text: &str) -> Result<LoadLog, String> {
             log.threads = r.split_whitespace().next().and_then(|t| t.parse().ok());
         }
     }
+    keep_table(&mut log, table);
     Ok(log)
+}
+
+/// Keeps a finished breakdown table when a row of it came after the context was built (moved, not copied: a
+/// copy per row made a long table quadratic).
+fn keep_table(log: &mut LoadLog, table: Option<(Vec<BreakdownRow>, bool)>) {
+    if let Some((rows, true)) = table {
+        log.breakdown = rows;
+    }
 }
 
 impl LoadLog {
@@ -632,6 +655,37 @@ mod tests {
             (gpu.total_mib, gpu.self_mib, gpu.unaccounted_mib),
             (Some(24080), 5000, Some(1080))
         );
+    }
+
+    #[test]
+    fn a_breakdown_table_longer_than_one_loads_is_refused() {
+        // A hostile log of one endless table used to copy the table at every row: hours for a few megabytes.
+        let head = "sched_reserve: CPU compute buffer size = 1.00 MiB\n\
+                    common_memory_breakdown_print: | memory breakdown [MiB] | total free self model context compute unaccounted |\n";
+        let row = "common_memory_breakdown_print: |   - Host | 9 = 1 + 2 + 6 |\n";
+        let ok = format!("{head}{}", row.repeat(MAX_BREAKDOWN_ROWS));
+        assert_eq!(parse(&ok).unwrap().breakdown.len(), MAX_BREAKDOWN_ROWS);
+        let e = parse(&format!("{ok}{row}")).unwrap_err();
+        assert!(e.contains("more than 1000 rows"), "{e}");
+    }
+
+    #[test]
+    fn the_last_table_after_the_context_is_kept_whole() {
+        let head = "common_memory_breakdown_print: | memory breakdown [MiB] | total free self model context compute unaccounted |\n";
+        let log = parse(&format!(
+            "{head}common_memory_breakdown_print: |   - Host | 9 = 1 + 2 + 6 |\n\
+             sched_reserve: CPU compute buffer size = 1.00 MiB\n\
+             {head}common_memory_breakdown_print: |   - Host | 5 = 0 + 2 + 3 |\n\
+             common_memory_breakdown_print: |   - CPU_REPACK | 1 = 1 + 0 + 0 |\n\
+             other: line\n"
+        ))
+        .unwrap();
+        let names: Vec<(&str, u64)> = log
+            .breakdown
+            .iter()
+            .map(|r| (r.name.as_str(), r.self_mib))
+            .collect();
+        assert_eq!(names, vec![("Host", 5), ("CPU_REPACK", 1)]);
     }
 
     #[test]
