@@ -741,6 +741,34 @@ fn import_load_log(
             ));
             continue;
         };
+        // What the device can hold at all: the host's memory and swap, a GPU's memory. A log that allocates more
+        // is not a load on this machine (or not a real log), and its peak would make every later plan no-fit.
+        let holds = if t.device == "cpu" {
+            inv.memory
+                .host_total_bytes
+                .unwrap_or(inv.memory.total_bytes)
+                .max(inv.memory.total_bytes)
+                .saturating_add(inv.memory.swap_total_bytes.unwrap_or(0))
+        } else {
+            fleet
+                .gpus
+                .iter()
+                .find(|g| g.id.to_string() == t.device)
+                .map_or(u64::MAX, |g| g.memory_total_bytes)
+        };
+        if t.allocated_bytes > holds {
+            let largest = t.buffers.iter().max_by_key(|b| b.bytes);
+            return Err(invalid(format!(
+                "the log allocates {} bytes on {}, more than the {holds} bytes it has{}: not a load on this machine",
+                t.allocated_bytes,
+                t.device,
+                largest.map_or_else(String::new, |b| format!(
+                    " (line {}: {} {:?} buffer of {} bytes)",
+                    b.line, b.name, b.kind, b.bytes
+                ))
+            ))
+            .hint("import a load log with --inventory of the machine that wrote it"));
+        }
         let e = est.devices.iter().find(|d| d.device == t.device);
         let estimated = e.map(|d| {
             let mapped = if t.device == "cpu" && est.resolved.mmap {

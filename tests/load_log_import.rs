@@ -292,3 +292,31 @@ fn bad_lines_are_counted_and_bad_logs_refused() {
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(rows.len(), 1);
 }
+
+/// A log that allocates more than the device has (here a 9.5 PB KV buffer on a 25 GB host) is refused, exit 4
+/// naming the file, the device and the line, and writes nothing: recorded, it made every later plan of that
+/// model no-fit.
+#[test]
+fn a_log_allocating_more_than_the_device_has_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let absurd = text(QWEN_LOG).replace(
+        "CPU KV buffer size =     0.77 MiB",
+        "CPU KV buffer size = 9999999999.00 MiB",
+    );
+    let p = write(dir.path(), "absurd.log", &absurd);
+    let o = import(&db, &p, Some("qwen2-q4_0.gguf"));
+    assert_exit(&o, 4);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("absurd.log") && err.contains("on cpu") && err.contains("line 129"),
+        "{err}"
+    );
+    if db.exists() {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM measurement", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+}
