@@ -46,6 +46,8 @@ enum Behavior {
     DribbleHead,
     /// Answers 200 with a JSON document instead of a stream.
     NotStreamed,
+    /// Streams `max_tokens` tokens one every `ITL`, then claims `claim` completion tokens in its usage.
+    Inflated { claim: u64 },
 }
 
 /// A running responder and the request bodies it received.
@@ -216,6 +218,21 @@ fn handle(conn: TcpStream, behavior: Behavior, seen: &Mutex<Vec<Value>>) -> std:
                 w.flush()?;
                 std::thread::sleep(Duration::from_millis(200));
             }
+        }
+        Behavior::Inflated { claim } => {
+            w.write_all(sse_head.as_bytes())?;
+            for i in 0..n {
+                std::thread::sleep(ITL);
+                chunk(&mut w, &token(i))?;
+            }
+            chunk(
+                &mut w,
+                &format!(
+                    r#"{{"choices":[{{"index":0,"text":"","finish_reason":"length"}}],"usage":{{"completion_tokens":{claim},"prompt_tokens":{prompt_tokens}}}}}"#
+                ),
+            )?;
+            chunk(&mut w, "[DONE]")?;
+            w.write_all(b"0\r\n\r\n")?;
         }
         Behavior::NotStreamed => {
             let body = r#"{"choices":[{"text":"all at once"}]}"#;
@@ -849,4 +866,26 @@ fn the_pinned_llama_server_is_benchmarked_and_the_next_plan_uses_it() {
         after.performance.basis,
         why.detail
     );
+}
+
+/// A server whose usage claims more tokens than were asked for (and streamed) is not trusted for the count: the
+/// streamed events are. Trusted, a claim of 2^40 tokens made a decode rate ten billion times the real one (then
+/// recorded as measured), and one of u64::MAX overflowed the level's sum.
+#[test]
+fn a_usage_count_above_the_tokens_requested_is_not_trusted() {
+    for claim in [1u64 << 40, u64::MAX] {
+        let fake = start(Behavior::Inflated { claim });
+        let report = server::run(&config(&fake, &[1, 2]), &|_| {}).unwrap();
+        let per_sequence = 1.0 / ITL.as_secs_f64();
+        for l in &report.levels {
+            let what = format!("claim {claim}, concurrency {}", l.concurrency);
+            assert_eq!(l.generated_tokens, u64::from(l.requests) * 6, "{what}");
+            assert_eq!(l.tokens_counted_from, server::TokenCount::Chunks, "{what}");
+            let decode = l.decode_tokens_per_s.unwrap();
+            assert!(
+                decode <= per_sequence * f64::from(l.concurrency) * 1.05,
+                "{what}: decode {decode} tokens/s"
+            );
+        }
+    }
 }

@@ -502,14 +502,20 @@ pub fn summarize(concurrency: u32, samples: &[Sample], wall: Duration) -> Option
         .collect();
     let ttft_ms = Stats::of(&ttft)?;
     let tpot: Vec<f64> = samples.iter().filter_map(Sample::tpot_ms).collect();
-    let decode_tokens: u64 = samples.iter().map(|s| s.tokens().saturating_sub(1)).sum();
+    let decode_tokens: u64 = samples
+        .iter()
+        .map(|s| s.tokens().saturating_sub(1))
+        .fold(0, u64::saturating_add);
     let mut spans: Vec<(Duration, Duration)> = samples
         .iter()
         .filter(|s| s.tokens() >= 2)
         .map(|s| (s.first_token, s.last_token))
         .collect();
     let busy = union_length(&mut spans);
-    let generated_tokens: u64 = samples.iter().map(Sample::tokens).sum();
+    let generated_tokens: u64 = samples
+        .iter()
+        .map(Sample::tokens)
+        .fold(0, u64::saturating_add);
     let median_of = |v: Vec<f64>| Stats::of(&v).map(|s| s.median);
     Some(Level {
         concurrency,
@@ -882,8 +888,11 @@ fn one(
     if s.chunks == 0 {
         return Err(BenchError::NoTokens { url });
     }
-    // A usage count of zero beside streamed text is not a count to trust.
-    if s.usage_completion_tokens == Some(0) {
+    // A usage count of zero beside streamed text is not a count to trust, nor one above the tokens asked for
+    // (`max_tokens` caps what an OpenAI-compatible server generates): the streamed events count instead.
+    if s.usage_completion_tokens
+        .is_some_and(|n| n == 0 || n > u64::from(cfg.max_tokens))
+    {
         s.usage_completion_tokens = None;
     }
     Ok(s)
