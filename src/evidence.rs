@@ -83,6 +83,9 @@ pub struct CpuFigure {
     pub device_profile: String,
     /// The CPU's name as the probe reports it (the class profile alone would mix CPUs of one class).
     pub device_name: String,
+    /// Physical cores of the host the run was taken on, when the run names its host: a name alone does not
+    /// tell CPUs apart (a KVM guest reports "AMD EPYC" whatever the part).
+    pub host_cores: Option<u32>,
     /// `cpu_read_bytes_per_s`, `cpu_fma_flops`, `cpu_dot_q4_0_params_per_s`, ...
     pub metric: String,
     pub threads: u32,
@@ -108,12 +111,20 @@ pub struct CpuCalibration {
 }
 
 impl CpuCalibration {
-    /// The newest complete calibration run among `figures` for the CPU `name` of class `profile`.
-    pub fn newest(figures: &[CpuFigure], profile: &str, name: &str) -> Option<CpuCalibration> {
+    /// The newest complete calibration run among `figures` for the CPU `name` of class `profile` on a host of
+    /// `cores` physical cores (a run that names no host is taken on the name alone).
+    pub fn newest(
+        figures: &[CpuFigure],
+        profile: &str,
+        name: &str,
+        cores: u32,
+    ) -> Option<CpuCalibration> {
         let mine = || {
-            figures
-                .iter()
-                .filter(move |f| f.device_profile == profile && f.device_name == name)
+            figures.iter().filter(move |f| {
+                f.device_profile == profile
+                    && f.device_name == name
+                    && f.host_cores.is_none_or(|c| c == cores)
+            })
         };
         let run = mine().map(|f| f.run).max()?;
         let mut c = CpuCalibration {
@@ -253,6 +264,7 @@ mod tests {
             run,
             device_profile: "cpu-x".into(),
             device_name: name.into(),
+            host_cores: Some(2),
             metric: metric.into(),
             threads,
             value,
@@ -264,12 +276,14 @@ mod tests {
             fig(3, 2, "EPYC", "cpu_dot_q4_0_params_per_s", 2, 24e9),
             fig(4, 3, "Xeon", "cpu_read_bytes_per_s", 1, 30e9),
         ];
-        let c = CpuCalibration::newest(&figs, "cpu-x", "EPYC").unwrap();
+        let c = CpuCalibration::newest(&figs, "cpu-x", "EPYC", 2).unwrap();
         assert_eq!(c.run, 2);
         assert_eq!(c.rows, vec![2, 3]);
         assert_eq!(c.read_at(4.0), Some(12e9));
         assert_eq!(c.dot_per_thread_at("q4_0", 2.0), Some(12e9));
         assert_eq!(c.fma_per_thread_at(1.0), None);
-        assert!(CpuCalibration::newest(&figs, "cpu-y", "EPYC").is_none());
+        assert!(CpuCalibration::newest(&figs, "cpu-y", "EPYC", 2).is_none());
+        // The same name on a host of other cores is another machine.
+        assert!(CpuCalibration::newest(&figs, "cpu-x", "EPYC", 64).is_none());
     }
 }

@@ -554,6 +554,7 @@ impl Fleet {
             figures,
             host.class.as_ref().map_or("none", |p| p.id.as_str()),
             &host.inventory.cpu.model,
+            host.inventory.cpu.physical_cores,
         ) else {
             return;
         };

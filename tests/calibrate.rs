@@ -476,3 +476,38 @@ fn calibrate_is_bounded_by_this_machines_threads_and_memory_not_the_inventorys()
         done.notes
     );
 }
+
+/// A fleet's merged store holds the calibration of another machine whose CPU reports the same name (a KVM guest
+/// sees "AMD EPYC" whatever the part) but not the same core count: it is not this machine's, however new.
+#[test]
+fn a_same_named_cpu_with_other_cores_is_not_this_machines_calibration() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let mut inv: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(fixture(CPU_INVENTORY)).unwrap()).unwrap();
+    inv["cpu"]["physical_cores"] = 64.into();
+    inv["cpu"]["logical_cpus"] = 128.into();
+    let other = dir.path().join("other.yaml");
+    std::fs::write(&other, serde_yaml_ng::to_string(&inv).unwrap()).unwrap();
+    let s = Sources {
+        inventory: Some((other, optimizer::app::SettingOrigin::Flag)),
+        profile_dirs: vec![],
+        db: Some(db.clone()),
+    };
+    app::calibrate(
+        &s,
+        &CalibrateRequest {
+            quick: true,
+            model: None,
+        },
+        &mut Scaled(2.0),
+        &mut no_gpu,
+        &AtomicBool::new(false),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert_eq!(
+        resolve(&db, CPU_INVENTORY, "chat")["performance"]["basis"],
+        "analytic"
+    );
+}

@@ -543,9 +543,10 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT m.id, d.profile, r.runtime, r.tool, m.metric, m.value, m.context, m.model_id IS NULL, \
-                 m.sequences, r.status = 'complete', m.threads, m.gpu_layers, m.ubatch, r.id, d.name \
+                 m.sequences, r.status = 'complete', m.threads, m.gpu_layers, m.ubatch, r.id, d.name, \
+                 h.physical_cores \
                  FROM measurement m JOIN device d ON d.id = m.device_id JOIN run r ON r.id = m.run_id \
-                 LEFT JOIN model o ON o.id = m.model_id \
+                 LEFT JOIN model o ON o.id = m.model_id LEFT JOIN host h ON h.id = r.host_id \
                  WHERE d.profile = ?1 AND (m.model_id IS NULL OR o.fingerprint = ?2) ORDER BY m.id",
             )
             .map_err(&e)?;
@@ -576,6 +577,7 @@ impl Store {
                         ubatch: r.get(12)?,
                         run: r.get(13)?,
                         name: r.get(14)?,
+                        host_cores: r.get(15)?,
                     })
                 })
                 .map_err(&e)?;
@@ -898,6 +900,8 @@ struct Row {
     run: i64,
     /// The device's name (a CPU's model string).
     name: String,
+    /// Physical cores of the run's host, when the run names one.
+    host_cores: Option<i64>,
 }
 
 /// Largest efficiency a row may claim: achieved over peak above 1 means the peak in the profile is wrong, and
@@ -988,6 +992,7 @@ impl Row {
                     run: self.run,
                     device_profile: self.profile,
                     device_name: self.name,
+                    host_cores: self.host_cores.and_then(|c| u32::try_from(c).ok()),
                     metric: self.metric,
                     threads,
                     value: self.value,
