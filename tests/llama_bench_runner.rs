@@ -192,6 +192,30 @@ fn sweep_flags_are_checked_before_anything_runs() {
     assert!(!dir.path().join("args.txt").exists(), "nothing ran");
 }
 
+/// Values llama-bench cannot run (more threads than ggml's 512, which abort its thread pool; a batch or
+/// micro-batch of 0; one beyond a C int) are usage errors before anything runs, not a failed, incomplete run.
+#[test]
+fn sweep_values_llama_bench_cannot_take_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("v.db");
+    let bench = fake(dir.path(), 4, 0);
+    for (extra, says) in [
+        (&["--threads", "100000"][..], "--threads 100000"),
+        (&["--batch", "0"][..], "--batch 0"),
+        (&["--ubatch", "0"][..], "--ubatch 0"),
+        (&["--batch", "4294967295"][..], "--batch 4294967295"),
+    ] {
+        let o = calibrate(&db, &bench, extra);
+        assert_exit(&o, 2);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert!(!dir.path().join("args.txt").exists(), "nothing ran");
+}
+
 /// The pinned llama-bench on the tiny fixture model: a two-point thread sweep, every result recorded in one
 /// complete run.
 #[test]

@@ -19,6 +19,11 @@ use super::llama_bench::{BenchRow, parse};
 pub const MAX_AXIS_VALUES: usize = 32;
 /// Most parameter combinations one sweep runs (each runs a prompt and a generation test, repeated).
 pub const MAX_SWEEP_POINTS: usize = 512;
+/// Most threads a test may run: ggml's `GGML_MAX_N_THREADS` (ggml/include/ggml.h of the pinned build); more
+/// abort its thread pool.
+pub const MAX_THREADS: u32 = 512;
+/// Largest batch or micro-batch: llama-bench reads `-b`/`-ub` as a C `int`.
+pub const MAX_BATCH: u32 = i32::MAX as u32;
 /// Longest result line read: a jsonl result is about 1 KiB; a longer line is not llama-bench's.
 pub const MAX_LINE_BYTES: usize = 64 << 10;
 /// Bytes of llama-bench's stderr kept to explain a failure (its last lines).
@@ -93,6 +98,16 @@ impl Sweep {
         }
         if self.threads.contains(&0) {
             return Err("--threads 0: at least one thread".into());
+        }
+        if let Some(t) = self.threads.iter().find(|t| **t > MAX_THREADS) {
+            return Err(format!(
+                "--threads {t}: at most {MAX_THREADS} (ggml's thread limit)"
+            ));
+        }
+        for (name, values) in [("--batch", &self.batch), ("--ubatch", &self.ubatch)] {
+            if let Some(b) = values.iter().find(|b| !(1..=MAX_BATCH).contains(*b)) {
+                return Err(format!("{name} {b}: 1 to {MAX_BATCH}"));
+            }
         }
         if self.prompt_tokens == 0 && self.gen_tokens == 0 {
             return Err("no test: the prompt and generation lengths are both 0".into());
