@@ -1185,7 +1185,8 @@ pub struct CalibrateRequest {
 /// One recorded figure of a calibration.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CalibratedFigure {
-    pub row: i64,
+    /// The store rows of its repetitions (one each; the planner takes the best).
+    pub rows: Vec<i64>,
     pub what: String,
     pub metric: String,
     pub threads: u32,
@@ -1307,22 +1308,13 @@ pub fn calibrate(
             },
         })
         .map_err(store_failure)?;
-    let mut figures = Vec::new();
+    // The rows of each step's repetitions, in the order they were recorded.
+    let mut rows: Vec<(crate::calibrate::cpu::Step, i64)> = Vec::new();
     let outcome = crate::calibrate::cpu::run(bench, &plan, stop, progress, &mut |m| {
         let row = store
             .record(run, &to_measurement(m, &device, &isa))
             .map_err(|e| e.to_string())?;
-        let fold = |f: fn(f64, f64) -> f64, init| m.sample.samples.iter().copied().fold(init, f);
-        figures.push(CalibratedFigure {
-            row,
-            what: m.step.label(),
-            metric: m.step.metric(),
-            threads: m.step.threads(),
-            value: m.sample.best,
-            unit: m.step.unit().into(),
-            min: fold(f64::min, f64::INFINITY),
-            max: fold(f64::max, 0.0),
-        });
+        rows.push((m.step, row));
         Ok(())
     })
     .map_err(|e| {
@@ -1331,6 +1323,29 @@ pub fn calibrate(
             anyhow::anyhow!("recording a measurement: {e}"),
         )
     })?;
+    let mut figures: Vec<CalibratedFigure> = outcome
+        .measured
+        .iter()
+        .map(|m| CalibratedFigure {
+            rows: rows
+                .iter()
+                .filter(|(s, _)| *s == m.step)
+                .map(|(_, r)| *r)
+                .collect(),
+            what: m.step.label(),
+            metric: m.step.metric(),
+            threads: m.step.threads(),
+            value: m.sample.best,
+            unit: m.step.unit().into(),
+            min: m
+                .sample
+                .samples
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min),
+            max: m.sample.samples.iter().copied().fold(0.0, f64::max),
+        })
+        .collect();
     let mut notes = plan.notes.clone();
     let mut failed: Vec<String> = outcome
         .failed
@@ -1365,7 +1380,7 @@ pub fn calibrate(
                 for m in &crate::calibrate::gpu::to_measurements(&cal.results, device) {
                     let row = store.record(run, m).map_err(store_failure)?;
                     figures.push(CalibratedFigure {
-                        row,
+                        rows: vec![row],
                         what: format!("{} {}", g.id, m.metric),
                         metric: m.metric.clone(),
                         threads: 0,

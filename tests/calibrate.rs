@@ -131,7 +131,7 @@ fn resolve_moves_from_rule_to_calibrated_after_calibrate() {
         .iter()
         .map(|v| v.as_i64().unwrap())
         .collect();
-    let recorded: Vec<i64> = done.figures.iter().map(|f| f.row).collect();
+    let recorded: Vec<i64> = done.figures.iter().flat_map(|f| f.rows.clone()).collect();
     assert!(
         !rows.is_empty() && rows.iter().all(|r| recorded.contains(r)),
         "evidence {rows:?}, calibration rows {recorded:?}"
@@ -256,9 +256,11 @@ fn calibrate_quick_records_one_complete_run() {
         ),
         1
     );
+    // One row per repetition: a round of every step per repetition of the budget.
+    let reps = i64::from(optimizer::calibrate::cpu::QUICK_BUDGET.reps);
     assert_eq!(
         count(&db, "SELECT count(*) FROM measurement"),
-        figures.len() as i64
+        reps * figures.len() as i64
     );
 }
 
@@ -386,7 +388,11 @@ fn two_calibrations_and_a_resolve_share_one_database() {
         count(&db, "SELECT count(*) FROM run WHERE status = 'complete'"),
         2
     );
-    assert_eq!(count(&db, "SELECT count(*) FROM measurement"), 2 * 10);
+    let reps = i64::from(optimizer::calibrate::cpu::QUICK_BUDGET.reps);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM measurement"),
+        2 * 10 * reps
+    );
     let c = rusqlite::Connection::open(&db).unwrap();
     let ok: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))

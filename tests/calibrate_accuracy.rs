@@ -1,7 +1,8 @@
 //! Issue 10's accuracy goal: after `optimizer calibrate --quick` on this project's CPU machine, what `resolve`
 //! predicts for prefill and decode at the threads it chooses is within 15 % of the pinned llama-bench
-//! (tests/fixtures/llama-bench/cpu-epyc-milan-2vcpu.json) for every real model of the table (Llama-3.2-1B Q8_0
-//! and Q4_0, Gemma-2-2B Q4_K_M, Qwen2-7B Q4_0, Llama-3-8B Q4_K_M: five shapes, three quantization types).
+//! (tests/fixtures/llama-bench/cpu-epyc-milan-2vcpu.json) for every real model of the table (Llama-3.2-1B Q8_0,
+//! Q4_0 and Q4_K_M, Gemma-2-2B Q4_K_M, Qwen2-7B Q4_0, Llama-3-8B Q4_K_M: four shapes, three quantization types
+//! and the K-quant mixes; three of them held out of the fit of the kernel constants).
 //!
 //! The calibration is the committed output of `optimizer calibrate --quick --format json` on that machine
 //! (tests/fixtures/calibrate/epyc-milan-2vcpu-quick.json), fed to the planner as the store would return it; the
@@ -28,6 +29,7 @@ const MAX_CALIBRATED_ERROR: f64 = 0.15;
 const REAL_MODELS: &[&str] = &[
     "llama3.2-1b-q8_0",
     "llama3.2-1b-q4_0",
+    "llama3.2-1b-q4_k_m",
     "gemma2-2b-q4_k_m",
     "qwen2-7b-q4_0",
     "llama3-8b-q4_k_m",
@@ -48,7 +50,7 @@ pub fn figures(cal: &Value) -> Vec<CpuFigure> {
         .unwrap()
         .iter()
         .map(|f| CpuFigure {
-            row: f["row"].as_i64().unwrap(),
+            row: f["rows"][0].as_i64().unwrap(),
             run: cal["run"].as_i64().unwrap(),
             device_profile: cal["device_profile"].as_str().unwrap().into(),
             device_name: cal["device_name"].as_str().unwrap().into(),
@@ -189,6 +191,17 @@ fn reference_constants_are_the_committed_calibration() {
     };
     let r3 = |v: f64| format!("{v:.3e}");
     assert_eq!(cal["isa"], REFERENCE.isa);
+    for (t, v) in REFERENCE.read_bytes_per_s {
+        let read = cal["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["metric"] == "cpu_read_bytes_per_s" && f["threads"] == t)
+            .unwrap()["value"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(r3(read), r3(v), "read at {t} threads");
+    }
     assert_eq!(r3(one("cpu_fma_flops")), r3(REFERENCE.fma_flops_per_thread));
     for (t, v) in REFERENCE.dot_per_thread {
         assert_eq!(r3(one(&format!("cpu_dot_{t}_params_per_s"))), r3(v), "{t}");
@@ -249,10 +262,22 @@ fn a_calibration_equal_to_the_reference_reproduces_the_analytic_prediction() {
             isa: Some(REFERENCE.isa.into()),
         });
     };
+    // The fit's bandwidth figures are the class profile's and the rule table's.
+    assert_eq!(
+        REFERENCE.bandwidth_per_core,
+        cpu.bandwidth_per_core_gb_s.unwrap() * 1e9
+    );
+    assert_eq!(REFERENCE.socket_bandwidth, socket);
+    assert_eq!(REFERENCE.decode_efficiency, decode_eff);
     for t in [1u32, 2] {
-        let analytic_bw =
-            (f64::from(t) * cpu.bandwidth_per_core_gb_s.unwrap() * 1e9).min(socket * decode_eff);
-        fig("cpu_read_bytes_per_s", t, analytic_bw);
+        // What the reference read: its decode-bandwidth share maps it back to the bandwidth the fit used.
+        let read = REFERENCE
+            .read_bytes_per_s
+            .iter()
+            .find(|(n, _)| *n == t)
+            .unwrap()
+            .1;
+        fig("cpu_read_bytes_per_s", t, read);
         fig(
             "cpu_fma_flops",
             t,
@@ -333,4 +358,85 @@ fn measured_rates_move_the_prediction_in_proportion() {
         pp2 / pp1 > 0.45 && pp2 / pp1 < 0.55,
         "prefill {pp1} -> {pp2}"
     );
+}
+
+/// Issue 10: with a llama-bench run of the model itself imported, the prediction for that model is `measured`.
+/// Two runs of the pinned llama-bench on the same machine, minutes apart (benches/calibrate/imported.sh:
+/// Llama-3.2-1B Q4_K_M, `-p 512 -n 128 -t 2 -r 5`): the first is imported and must be what `resolve` reports,
+/// exactly; the second is the truth it is compared with. That comparison is held to 5 %, or to twice the two
+/// runs' combined standard deviation where the engine's own spread between runs is larger (on this shared 2-core
+/// guest the two runs' prefill differed by 8.9 %, each with a standard deviation of 3-6 %).
+#[test]
+fn an_imported_run_is_what_resolve_reports_and_agrees_with_a_second_run() {
+    // The tensor table of the benched file (the model make_models.py writes for it).
+    let models = read("llama-cpp/models.json");
+    let inv = inventory();
+    let set = profiles();
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("llama3.2-1b-q4_k_m.gguf");
+    let spec = build(&models["models"]["llama3.2-1b-q4_k_m"], &gguf);
+    let db = tmp.path().join("m.db");
+    let out = common::bin()
+        .arg("--db")
+        .arg(&db)
+        .arg("--inventory")
+        .arg(fixture("llama-bench/inventory-epyc-milan-2vcpu.yaml"))
+        .args(["measurements", "import", "--model"])
+        .arg(&gguf)
+        .arg(fixture("calibrate/llama-bench-1b-q4_k_m-a.json"))
+        .output()
+        .unwrap();
+    common::assert_exit(&out, 0);
+    let store = optimizer::store::Store::open(&db).unwrap();
+    let evidence = store
+        .evidence(
+            &["cpu-x86-64-avx2-ddr4-dual-channel".to_string()],
+            &spec.fingerprint,
+        )
+        .unwrap();
+    let imported: Value = read("calibrate/llama-bench-1b-q4_k_m-a.json");
+    let truth: Value = read("calibrate/llama-bench-1b-q4_k_m-b.json");
+    let mut lines = Vec::new();
+    let mut failures = Vec::new();
+    for (a, b) in imported
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(truth.as_array().unwrap())
+    {
+        assert_eq!((&a["n_prompt"], &a["n_gen"]), (&b["n_prompt"], &b["n_gen"]));
+        let test = if b["n_gen"] == 0 {
+            format!("pp{}", b["n_prompt"])
+        } else {
+            format!("tg{}", b["n_gen"])
+        };
+        let (predicted, threads, basis) = resolve(&spec, &inv, &set, &test, &evidence);
+        assert_eq!(u64::from(threads), b["n_threads"].as_u64().unwrap());
+        assert_eq!(basis, Basis::Measured, "{test}");
+        let (ma, sa) = (
+            a["avg_ts"].as_f64().unwrap(),
+            a["stddev_ts"].as_f64().unwrap(),
+        );
+        let (mb, sb) = (
+            b["avg_ts"].as_f64().unwrap(),
+            b["stddev_ts"].as_f64().unwrap(),
+        );
+        // The document rounds to 3 decimals.
+        assert!(
+            (predicted - ma).abs() < 1e-3,
+            "{test}: {predicted} reported, {ma} imported"
+        );
+        let err = predicted / mb - 1.0;
+        let spread = 2.0 * (sa * sa + sb * sb).sqrt() / mb;
+        lines.push(format!(
+            "{test}: imported {ma:.2} ± {sa:.2}, second run {mb:.2} ± {sb:.2} tok/s: {:+.1} % (bound {:.1} %)",
+            err * 100.0,
+            100.0 * spread.max(0.05)
+        ));
+        if err.abs() > spread.max(0.05) {
+            failures.push(test);
+        }
+    }
+    println!("{}", lines.join("\n"));
+    assert!(failures.is_empty(), "{}", lines.join("\n"));
 }

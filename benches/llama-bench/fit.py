@@ -31,7 +31,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import make_models as mm  # noqa: E402
 
-HELD_OUT = {"llama3-8b-q4_k_m", "qwen2-7b-q4_0"}
+HELD_OUT = {"gemma2-2b-q4_k_m", "qwen2-7b-q4_0", "llama3.2-1b-q4_k_m"}
 GHZ = 2.445            # inventory-epyc-milan-2vcpu.yaml frequency_mhz
 FPC = 32.0             # cpu-x86-64-avx2-ddr4-dual-channel fp32_flops_per_cycle_per_core
 E_PP = 0.66            # rules: cpu-prefill-llama-cpp

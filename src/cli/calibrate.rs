@@ -119,8 +119,16 @@ fn human(value: f64, unit: &str) -> String {
 
 fn table(c: &Calibrated) -> String {
     let mut t = format!(
-        "calibrate: run {} on {} ({}), kernels {}, {:.1} s\n\n{:<40} {:>18} {:>14} {:>6}\n",
-        c.run, c.device_name, c.device_profile, c.isa, c.seconds, "figure", "best", "spread", "row"
+        "calibrate: run {} on {} ({}), kernels {}, {:.1} s\n\n{:<40} {:>18} {:>9}  {}\n",
+        c.run,
+        c.device_name,
+        c.device_profile,
+        c.isa,
+        c.seconds,
+        "figure",
+        "best",
+        "spread",
+        "rows"
     );
     for f in &c.figures {
         let spread = if f.max > 0.0 {
@@ -128,12 +136,18 @@ fn table(c: &Calibrated) -> String {
         } else {
             "-".into()
         };
+        let rows = f
+            .rows
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
         t.push_str(&format!(
-            "{:<40} {:>18} {:>14} {:>6}\n",
+            "{:<40} {:>18} {:>9}  {}\n",
             f.what,
             human(f.value, &f.unit),
             spread,
-            f.row
+            rows
         ));
     }
     if let Some(n) = c.bandwidth_saturates_at_threads {

@@ -17,8 +17,11 @@
 //! products of Q4_0/Q8_0 run faster than the K-quants'), so decode and prefill differ. Every token also pays a
 //! per-token floor: a fixed part, a per-layer part and, with more than one thread, a per-layer barrier wait.
 //! Trade-off: the per-type kernel rates and the floor are fitted on one machine (an AVX2 Zen 3 core) and scale to
-//! other CPUs only through their clock and FP32 FLOP per cycle, which is coarser than a per-CPU calibration but
-//! keeps every CPU class predictable without measurements; the calibration issue refines them per machine.
+//! other CPUs through their clock and FP32 FLOP per cycle, which is coarse but keeps every CPU class predictable
+//! without measurements. A CPU that `optimizer calibrate` measured ([`MeasuredCpu`]) scales them instead by its
+//! own figures over the fitting machine's ([`REFERENCE`]): dot-product rates for decode, the FMA rate for
+//! prefill, the read bandwidth times the share of it a decode reached there. The floor is not scaled: no
+//! micro-benchmark measures ggml's per-op synchronisation.
 
 use serde::Serialize;
 
@@ -74,7 +77,8 @@ pub struct CpuRates {
 /// A calibrated CPU at one thread count, as the kernel rates use it (see [`measured_cpu`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MeasuredCpu {
-    /// Bytes per second the threads read (measured, interpolated between thread counts).
+    /// Bytes per second the threads' decode pulls: the measured read bandwidth (interpolated between thread
+    /// counts) times the share of it llama.cpp's decode reached on the reference machine.
     pub read_bytes_per_s: f64,
     /// This CPU's FP32 FMA rate per thread over the reference machine's ([`REFERENCE`]); `None` when not
     /// measured or measured with other instructions than the reference's.
@@ -94,10 +98,32 @@ pub struct Reference {
     pub fma_flops_per_thread: f64,
     /// GEMV weights/s of one thread by ggml type name.
     pub dot_per_thread: [(&'static str, f64); 3],
+    /// Read bandwidth `calibrate` measured at 1 and 2 threads.
+    pub read_bytes_per_s: [(u32, f64); 2],
     /// Core FP32 FLOP/s the constants were fitted against (clock × FLOP per cycle).
     pub core_flops: f64,
     /// The prefill efficiency the constants were fitted with.
     pub prefill_efficiency: f64,
+    /// The bandwidth the decode constants were fitted with: per core (the class profile's), and the socket's
+    /// peak times the rule table's CPU decode efficiency.
+    pub bandwidth_per_core: f64,
+    pub socket_bandwidth: f64,
+    pub decode_efficiency: f64,
+}
+
+impl Reference {
+    /// The share of `calibrate`'s streaming read bandwidth that llama.cpp's decode reached on the reference
+    /// machine at `threads` threads (what the fit's bandwidth was, over what was read there), interpolated
+    /// between the measured thread counts and held outside them: a decode pulls weights while it computes, so
+    /// it reaches less than a pure stream.
+    pub fn decode_bandwidth_share(&self, threads: f64) -> f64 {
+        let points = self.read_bytes_per_s.map(|(t, read)| {
+            let fitted = (f64::from(t) * self.bandwidth_per_core)
+                .min(self.socket_bandwidth * self.decode_efficiency);
+            (t, fitted / read)
+        });
+        crate::evidence::interpolate(&points, threads, false).unwrap_or(1.0)
+    }
 }
 
 pub const REFERENCE: Reference = Reference {
@@ -108,21 +134,27 @@ pub const REFERENCE: Reference = Reference {
         ("q8_0", REF_DOT_Q8_0),
         ("q4_k", REF_DOT_Q4_K),
     ],
+    read_bytes_per_s: [(1, REF_READ_1), (2, REF_READ_2)],
     core_flops: 2.445e9 * 32.0,
     prefill_efficiency: 0.66,
+    bandwidth_per_core: DEFAULT_BANDWIDTH_PER_CORE,
+    socket_bandwidth: 51.2e9,
+    decode_efficiency: 0.68,
 };
 // `optimizer calibrate` on the reference machine, one thread (tests/fixtures/calibrate/epyc-milan-2vcpu.json;
 // the test `reference_constants_are_the_committed_calibration` derives them), rounded to 3 digits.
+const REF_READ_1: f64 = 1.293e10;
+const REF_READ_2: f64 = 2.101e10;
 const REF_FMA: f64 = 1.025e11;
-const REF_DOT_Q4_0: f64 = 1.711e10;
-const REF_DOT_Q8_0: f64 = 2.288e10;
-const REF_DOT_Q4_K: f64 = 3.055e10;
+const REF_DOT_Q4_0: f64 = 1.686e10;
+const REF_DOT_Q8_0: f64 = 2.287e10;
+const REF_DOT_Q4_K: f64 = 3.066e10;
 
 /// The calibrated CPU at `threads` threads: the measured read bandwidth, and the FMA and dot-product rates per
 /// thread over the reference's when they were measured with the reference's instruction set (other instructions
 /// make a ratio meaningless: the kernels then stay analytic).
 pub fn measured_cpu(c: &crate::evidence::CpuCalibration, threads: f64) -> Option<MeasuredCpu> {
-    let read = c.read_at(threads)?;
+    let read = c.read_at(threads)? * REFERENCE.decode_bandwidth_share(threads);
     let comparable = c.isa.as_deref() == Some(REFERENCE.isa);
     Some(MeasuredCpu {
         read_bytes_per_s: read,
@@ -280,9 +312,12 @@ pub struct Prediction {
     pub time_per_output_token_ms: f64,
 }
 
-// ---- ggml-cpu kernel rates, fitted on tests/fixtures/llama-bench/cpu-epyc-milan-2vcpu.json (training rows:
-// the tiny models, Llama-3.2-1B Q8_0 and Q4_0, Gemma-2-2B Q4_K_M; held out: Llama-3-8B Q4_K_M and Qwen2-7B
-// Q4_0; benches/llama-bench/fit.py). FP32 FLOP-per-cycle units let them scale to wider SIMD. ----
+// ---- ggml-cpu kernel rates, fitted on tests/fixtures/llama-bench/cpu-epyc-milan-2vcpu.json (re-measured on
+// 2026-11-23 together with the reference calibration, tests/fixtures/calibrate/epyc-milan-2vcpu.json; training
+// rows: the tiny models, Llama-3.2-1B Q8_0 and Q4_0, Llama-3-8B Q4_K_M, so both ends of the size range are fitted;
+// held out: Gemma-2-2B Q4_K_M, Qwen2-7B Q4_0, Llama-3.2-1B Q4_K_M; benches/llama-bench/fit.py). FP32
+// FLOP-per-cycle units let them scale to wider SIMD. Q8_0's decode rate is loosely bound by the table: its decode
+// is bandwidth-bound at every measured thread count. ----
 
 /// Decode: parameters one core multiplies per FP32 FLOP of its peak, by weight type (ggml's `vec_dot` of
 /// the weight type with the Q8 activations). Q6_K, Q5_K and F16 are not separable in the table (they only
@@ -313,15 +348,15 @@ fn prefill_type_efficiency(t: Dtype) -> f64 {
 }
 
 /// Fitted (see above): `python3 benches/llama-bench/fit.py`, rounded to 3 digits.
-const DECODE_Q4_0: f64 = 0.162;
-const DECODE_Q8_0: f64 = 0.108;
-const DECODE_Q4_K: f64 = 0.168;
-const PREFILL_Q4_0: f64 = 1.51;
-const PREFILL_Q8_0: f64 = 1.13;
-const PREFILL_Q4_K: f64 = 1.42;
+const DECODE_Q4_0: f64 = 0.175;
+const DECODE_Q8_0: f64 = 0.265;
+const DECODE_Q4_K: f64 = 0.174;
+const PREFILL_Q4_0: f64 = 1.48;
+const PREFILL_Q8_0: f64 = 1.26;
+const PREFILL_Q4_K: f64 = 1.60;
 /// Attention (flash-attention kernels on F16 KV) runs at this share of the prefill FLOP rate (fitted: the tiny
 /// models' prefill is mostly attention).
-const ATTENTION_EFFICIENCY: f64 = 0.247;
+const ATTENTION_EFFICIENCY: f64 = 0.310;
 /// Ratios to Q4_K from public llama-bench pp512 of LLaMA-3.1-8B on a Ryzen 9 7950X, 16 threads, mainline build
 /// 4384 (ikawrakow/ik_llama.cpp discussion #164, 2024-12-24): Q4_K_S 108.40, Q5_K_S 75.52, Q6_K 82.56, BF16
 /// 78.58 t/s. Q5_K 75.52 / 108.40 = 0.70, Q6_K 82.56 / 108.40 = 0.76; other types (F16, BF16, F32 and the
@@ -330,13 +365,13 @@ const Q5_K_VS_Q4_K: f64 = 0.70;
 const Q6_K_VS_Q4_K: f64 = 0.76;
 const OTHER_VS_Q4_K: f64 = 0.70;
 /// Per-token floor, seconds: fixed, per block, and per block with more than one thread (the barriers after ops).
-/// Fitted on the two tiny models (2 and 16 blocks of width 256), whose decode is mostly overhead, with the rest.
+/// Fitted with the two tiny models (2 and 16 blocks of width 256), whose decode is mostly overhead, and the rest.
 /// The barrier term was measured at two threads only; it is charged once for any thread count above one (a
 /// barrier waits for the slowest thread, not for each thread in turn), since a linear growth fitted on two points
 /// would charge a 64-thread server 60 ms a token of pure waiting.
-const FLOOR_FIXED_S: f64 = 4.6e-6;
-const FLOOR_PER_LAYER_S: f64 = 17.2e-6;
-const FLOOR_SYNC_PER_LAYER_S: f64 = 30.1e-6;
+const FLOOR_FIXED_S: f64 = 11.3e-6;
+const FLOOR_PER_LAYER_S: f64 = 16.0e-6;
+const FLOOR_SYNC_PER_LAYER_S: f64 = 4.88e-6;
 
 /// Bytes per second the chosen threads of a CPU pull: threads × per-core bandwidth, at most the socket's
 /// achievable peak.

@@ -209,14 +209,16 @@ pub const DOT_MAX_COLS: usize = 1 << 16;
 pub const DOT_MAX_WEIGHT_BYTES: u64 = 1 << 30;
 /// Fewest rows a thread multiplies (a row per thread would measure call overhead).
 pub const DOT_MIN_ROWS_PER_THREAD: usize = 8;
-/// `--quick`: 3 repetitions of 0.12 s per figure (about 8 s on a 2-core machine); a full run 5 of 0.4 s.
+/// `--quick`: 8 rounds of 0.1 s per figure (about 17 s on a 2-core machine); a full run 10 of 0.3 s. Rounds
+/// rather than length: the project's KVM guest has spells of seconds at 0.75× its 2-thread rate, and more
+/// rounds spread over more time give the best of them more chances to miss one.
 pub const QUICK_BUDGET: Budget = Budget {
-    rep_secs: 0.12,
-    reps: 3,
+    rep_secs: 0.1,
+    reps: 8,
 };
 pub const FULL_BUDGET: Budget = Budget {
-    rep_secs: 0.4,
-    reps: 5,
+    rep_secs: 0.3,
+    reps: 10,
 };
 
 impl Plan {
@@ -370,8 +372,14 @@ pub struct Outcome {
     pub stopped: bool,
 }
 
-/// Runs the plan's steps in order, calling `progress(done, total, label)` before each and `each` after each
-/// finished one (to record it at once); checks `stop` between steps.
+/// Runs the plan's steps in rounds: each round runs every step once (one repetition), and a step's figure is the
+/// best of its rounds. Calls `progress(done, total, label)` before each repetition and `each` after each (to
+/// record it at once); checks `stop` between repetitions.
+///
+/// Trade-off: interleaving the repetitions spreads each step's samples over the whole calibration, so a slow
+/// spell of the machine (on the project's KVM guest, a vCPU that ran 2-thread dot products at 0.55× to 0.7× for
+/// about a second at a time, with no steal time reported) costs one sample of several steps instead of every
+/// sample of one; the price is one row per repetition in the store, the planner taking the best of a run's rows.
 pub fn run(
     bench: &mut dyn CpuBench,
     plan: &Plan,
@@ -380,38 +388,63 @@ pub fn run(
     each: &mut dyn FnMut(&Measured) -> Result<(), String>,
 ) -> Result<Outcome, String> {
     let mut out = Outcome::default();
-    let total = plan.steps.len();
-    for (i, step) in plan.steps.iter().enumerate() {
-        if stop.load(Ordering::SeqCst) {
-            out.stopped = true;
-            break;
+    let rounds = plan.budget.reps.max(1) as usize;
+    let total = plan.steps.len() * rounds;
+    let one = Budget {
+        reps: 1,
+        ..plan.budget
+    };
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); plan.steps.len()];
+    let mut failed: Vec<Option<String>> = vec![None; plan.steps.len()];
+    'rounds: for round in 0..rounds {
+        for (i, step) in plan.steps.iter().enumerate() {
+            if failed[i].is_some() {
+                continue;
+            }
+            if stop.load(Ordering::SeqCst) {
+                out.stopped = true;
+                break 'rounds;
+            }
+            progress(round * plan.steps.len() + i, total, &step.label());
+            let r = match *step {
+                Step::Stream { stream, threads } => {
+                    bench.stream(stream, threads, plan.stream_bytes, one)
+                }
+                Step::Fma { threads } => bench.fma(threads, one),
+                Step::Dot {
+                    t,
+                    rows,
+                    cols,
+                    threads,
+                } => bench.dot(t, rows, cols, threads, one),
+            };
+            match r {
+                Ok(sample) if sample.best.is_finite() && sample.best > 0.0 => {
+                    each(&Measured {
+                        step: *step,
+                        sample: Sample {
+                            best: sample.best,
+                            samples: vec![sample.best],
+                        },
+                    })?;
+                    samples[i].push(sample.best);
+                }
+                Ok(sample) => failed[i] = Some(format!("no usable figure ({})", sample.best)),
+                Err(why) => failed[i] = Some(why),
+            }
         }
-        progress(i, total, &step.label());
-        let r = match *step {
-            Step::Stream { stream, threads } => {
-                bench.stream(stream, threads, plan.stream_bytes, plan.budget)
-            }
-            Step::Fma { threads } => bench.fma(threads, plan.budget),
-            Step::Dot {
-                t,
-                rows,
-                cols,
-                threads,
-            } => bench.dot(t, rows, cols, threads, plan.budget),
-        };
-        match r {
-            Ok(sample) if sample.best.is_finite() && sample.best > 0.0 => {
-                let m = Measured {
-                    step: *step,
-                    sample,
-                };
-                each(&m)?;
-                out.measured.push(m);
-            }
-            Ok(sample) => out
-                .failed
-                .push((*step, format!("no usable figure ({})", sample.best))),
-            Err(why) => out.failed.push((*step, why)),
+    }
+    for ((step, samples), failed) in plan.steps.iter().zip(samples).zip(failed) {
+        if let Some(why) = failed {
+            out.failed.push((*step, why));
+        } else if !samples.is_empty() {
+            out.measured.push(Measured {
+                step: *step,
+                sample: Sample {
+                    best: samples.iter().copied().fold(0.0, f64::max),
+                    samples,
+                },
+            });
         }
     }
     if !out.stopped {
@@ -420,7 +453,7 @@ pub fn run(
     Ok(out)
 }
 
-/// The store row of a finished step, for the CPU `device` (every model: a device figure).
+/// The store row of one repetition of a step, for the CPU `device` (every model: a device figure).
 pub fn to_measurement(m: &Measured, device: &DeviceIdentity, isa: &str) -> NewMeasurement {
     let mut context = serde_json::json!({
         "isa": isa,
@@ -456,6 +489,9 @@ pub struct Machine {
     buffers: Option<Arrays>,
 }
 
+/// Seconds each repetition's work runs untimed first (cores left idle by a one-thread step wake and clock up).
+pub const WARMUP_SECS: f64 = 0.03;
+
 /// Runs `work(thread, iterations)` on `threads` threads at once, `iterations` each; seconds of wall time.
 fn timed(threads: u32, iterations: u64, work: &(dyn Fn(usize, u64) + Sync)) -> f64 {
     let start = Instant::now();
@@ -474,9 +510,10 @@ fn measure(
     units_per_iter: f64,
     work: &(dyn Fn(usize, u64) + Sync),
 ) -> Sample {
-    // One iteration first (it also warms caches and pages), to size the repetitions.
+    // One iteration first, to size the repetitions; then a warm-up of the same work.
     let one = timed(threads, 1, work).max(1e-6);
     let iterations = ((budget.rep_secs / one).ceil() as u64).max(1);
+    timed(threads, ((WARMUP_SECS / one).ceil() as u64).max(1), work);
     let samples: Vec<f64> = (0..budget.reps.max(1))
         .map(|_| {
             let secs = timed(threads, iterations, work).max(1e-9);
@@ -795,7 +832,8 @@ mod tests {
         .unwrap();
         assert_eq!(out.measured.len(), plan.steps.len());
         assert!(!out.stopped);
-        assert_eq!(progress.last(), Some(&(plan.steps.len(), plan.steps.len())));
+        let total = plan.steps.len() * plan.budget.reps as usize;
+        assert_eq!(progress.last(), Some(&(total, total)));
         let device = DeviceIdentity {
             profile: "cpu-x".into(),
             name: "CPU".into(),
@@ -813,7 +851,66 @@ mod tests {
         assert_eq!(triad2.value, 60e9);
         assert!(triad2.model.is_none());
         assert!(rows.iter().any(|r| r.metric == "cpu_dot_q4_k_params_per_s"));
-        assert_eq!(seen.len(), rows.len());
+        // Every repetition is recorded, in rounds: the first round runs every step once.
+        assert_eq!(seen.len(), total);
+        assert_eq!(
+            seen[..plan.steps.len()],
+            plan.steps.iter().map(Step::metric).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(
+            out.measured[0].sample.samples.len(),
+            plan.budget.reps as usize
+        );
+    }
+
+    #[test]
+    fn a_slow_spell_costs_one_sample_not_the_figure() {
+        // A bench whose every fifth call runs at a third of its rate: interleaved rounds put the slow calls on
+        // different steps, so each step's best is its real rate.
+        struct Spells(usize);
+        impl CpuBench for Spells {
+            fn isa(&self) -> String {
+                "mock".into()
+            }
+            fn stream(&mut self, _: Stream, t: u32, _: u64, _: Budget) -> Result<Sample, String> {
+                Ok(self.next(f64::from(t)))
+            }
+            fn fma(&mut self, t: u32, _: Budget) -> Result<Sample, String> {
+                Ok(self.next(f64::from(t)))
+            }
+            fn dot(
+                &mut self,
+                _: DotType,
+                _: usize,
+                _: usize,
+                t: u32,
+                _: Budget,
+            ) -> Result<Sample, String> {
+                Ok(self.next(f64::from(t)))
+            }
+        }
+        impl Spells {
+            fn next(&mut self, v: f64) -> Sample {
+                self.0 += 1;
+                let v = if self.0 % 5 == 0 { v / 3.0 } else { v };
+                Sample {
+                    best: v,
+                    samples: vec![v],
+                }
+            }
+        }
+        let plan = Plan::new(true, 2, (None, Some(32 << 20)), 16 << 30, None);
+        let out = run(
+            &mut Spells(0),
+            &plan,
+            &AtomicBool::new(false),
+            &mut |_, _, _| {},
+            &mut |_| Ok(()),
+        )
+        .unwrap();
+        for m in &out.measured {
+            assert_eq!(m.sample.best, f64::from(m.step.threads()), "{:?}", m.step);
+        }
     }
 
     #[test]
