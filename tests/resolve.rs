@@ -78,14 +78,14 @@ fn fixture_machines_models_and_workloads() {
     //   576 cells): (4,876,919,040 + 576 x 131,072) B / 133.12 GB/s = 37.2026 ms, while its 15.31 GFLOP
     //   (2 x 7,504,658,432 + 524,288 x 576) take 1.02 ms at 15.08 TFLOPS: bandwidth-bound. The host reads one
     //   2,304-B embedding row at min(4 threads x 9.38 GB/s per core, 89.6 GB/s x 0.68) = 37.52 GB/s (0.06 us) and
-    //   pays the fixed per-token floor of 4.6 us. Time per output token 37.2026 + 0.0047 = 37.207 ms; decode
-    //   1 / 37.207 ms = 26.876 tokens/s.
+    //   pays the fixed per-token floor of 11.3 us. Time per output token 37.2026 + 0.0114 = 37.214 ms; decode
+    //   1 / 37.214 ms = 26.872 tokens/s.
     // - Prefill, 512 tokens in one micro-batch: 2 x (7,504,658,432 - 525,336,576) x 512 + 2 x 525,336,576 (the
     //   output projection for the last token only) + 524,288 x 512^2 / 2 = 7.2166 TFLOP / 15.08 TFLOPS =
     //   478.554 ms (reading the weights once: 36.6 ms), so 512 / 0.478554 s = 1069.89 tokens/s. The host holds
     //   no matmul, and llama.cpp offloads micro-batches of 32+ tokens to the GPU anyway: 0 ms.
     // - Time to first token: the prefill plus one decode step at 512 cells, 478.554 + (4,876,919,040 + 512 x
-    //   131,072) B / 133.12 GB/s = 37.1396 + host 0.0047 = 515.698 ms.
+    //   131,072) B / 133.12 GB/s = 37.1396 + host 0.0114 = 515.705 ms.
     let d = plan_for(
         &m8,
         l8,
@@ -157,25 +157,25 @@ fn fixture_machines_models_and_workloads() {
     //   cycle per core; the inventory gives no clock, so the planner's 2.0 GHz: 63 x 2.0 GHz x 64 = 8.064 TFLOPS
     //   FMA peak. CPUs take the open efficiency rows: cpu-decode-llama-cpp 0.68, cpu-prefill-llama-cpp 0.66. The
     //   threads pull min(63 x 9.38 GB/s per core, 307.2 x 0.68) = 208.896 GB/s.
-    // - ggml-cpu kernel rates (src/perf, fitted on the measured EPYC llama-bench table): decode multiplies 0.168
-    //   Q4_K parameters per FP32 FLOP of peak (Q6_K x 0.76 = 0.1277, F32 x 0.70); prefill reaches 1.42 x the
-    //   prefill efficiency (Q6_K 1.0792). Each weight type costs the longer of reading and multiplying it.
+    // - ggml-cpu kernel rates (src/perf, fitted on the measured EPYC llama-bench table): decode multiplies 0.174
+    //   Q4_K parameters per FP32 FLOP of peak (Q6_K x 0.76 = 0.1322, F32 x 0.70); prefill reaches 1.60 x the
+    //   prefill efficiency (Q6_K 1.216). Each weight type costs the longer of reading and multiplying it.
     // - Decode step, 4 sequences attending 161 + 338 / 2 = 330 cells each:
     //   Q4_K (q, k, attn_output, gate, up, and one 2,304-B token_embd row): 2,793,408,768 B / 208.896 GB/s =
-    //     13.372 ms vs 4 x 4,966,055,936 parameters / (8.064 TFLOPS x 0.168) = 14.663 ms: compute-bound, 14.663;
-    //   Q6_K v, down: 1,651,507,200 B = 7.906 ms vs 4 x 2,013,265,920 / (8.064 T x 0.1277) = 7.821: 7.906;
-    //   Q6_K output.weight: 430,940,160 B = 2.063 ms vs 4 x 525,336,576 / (8.064 T x 0.1277) = 2.041: 2.063;
+    //     13.372 ms vs 4 x 4,966,055,936 parameters / (8.064 TFLOPS x 0.174) = 14.157 ms: compute-bound, 14.157;
+    //   Q6_K v, down: 1,651,507,200 B = 7.906 ms vs 4 x 2,013,265,920 / (8.064 T x 0.1322) = 7.552: 7.906;
+    //   Q6_K output.weight: 430,940,160 B = 2.063 ms vs 4 x 525,336,576 / (8.064 T x 0.1322) = 1.971: 2.063;
     //   F32 norms and rope_freqs: 1,065,216 B = 0.005 ms;
     //   KV: 4 x 330 x 131,072 B / 208.896 GB/s = 0.828 ms; attention: 4 x 330 x 524,288 FLOP / (8.064 T x 0.66 x
-    //     0.247 attention share) = 0.526 ms;
-    //   per-token floor: 4.6 us + 32 layers x (17.2 us + 30.1 us of barriers with more than one thread) = 1.518 ms.
-    //   Time per output token 27.509 ms; decode 4 / 27.509 ms = 145.405 tokens/s.
+    //     0.310 attention share) = 0.420 ms;
+    //   per-token floor: 11.3 us + 32 layers x (16.0 us + 4.88 us of barriers with more than one thread) = 0.679 ms.
+    //   Time per output token 26.058 ms; decode 4 / 26.058 ms = 153.503 tokens/s.
     // - Prefill, 161 tokens in one micro-batch at 8.064 x 0.66 = 5.322 TFLOPS: Q4_K 2 x 4,966,055,936 x 161 /
-    //   (5.322 T x 1.42) = 211.585 ms, Q6_K 2 x 2,013,265,920 x 161 / (5.322 T x 1.0792) = 112.865 ms, output
-    //   (last token only) 0.183 ms, attention 524,288 x 161^2 / 2 / (5.322 T x 0.247) = 5.169 ms: 329.802 ms
-    //   (reading the weights: 23.3 ms), plus the floor 1.518 = 331.320 ms; 161 / 0.331320 s = 485.935 tokens/s.
-    // - Time to first token: 331.320 + one decode step of 1 sequence at 161 cells (13.372 + 7.906 + 2.063 + 0.005
-    //   bandwidth-bound weights, KV 0.101, attention 0.064, floor 1.518 = 25.030 ms) = 356.350 ms.
+    //   (5.322 T x 1.60) = 187.782 ms, Q6_K 2 x 2,013,265,920 x 161 / (5.322 T x 1.216) = 100.168 ms, output
+    //   (last token only) 0.162 ms, attention 524,288 x 161^2 / 2 / (5.322 T x 0.310) = 4.118 ms: 292.230 ms
+    //   (reading the weights: 23.3 ms), plus the floor 0.679 = 292.909 ms; 161 / 0.292909 s = 549.657 tokens/s.
+    // - Time to first token: 292.909 + one decode step of 1 sequence at 161 cells (13.372 + 7.906 + 2.063 + 0.005
+    //   bandwidth-bound weights, KV 0.101, attention 0.051, floor 0.679 = 24.177 ms) = 317.088 ms.
     let d = plan_for(&m8, l8, &inventory("cpu-server.yaml"), "chat", &set);
     assert_eq!(
         (common::llama(&d).strategy, common::llama(&d).gpu_layers),
@@ -211,10 +211,10 @@ fn fixture_machines_models_and_workloads() {
     // profiles/hardware/h100-sxm.yaml's 3350 GB/s and 989.4 TFLOPS (dense FP16, FP32 accumulate). Compute
     // capability 9.0 is inside the Hopper rows' range, and a ranged row wins over an open one:
     // gpu-decode-llama-cpp-hopper 0.36 and gpu-prefill-llama-cpp-hopper 0.14, so 1206 GB/s and 138.516 TFLOPS.
-    // Decode: 4,952,416,512 B / 1206 GB/s = 4.1065 ms (its FLOPs: 0.11 ms) + host 0.0047 ms (one 2,304-B row at
-    // min(4 x 9.38, 307.2 x 0.68) = 37.52 GB/s, floor 4.6 us) = 4.111 ms per output token, 243.241 tokens/s.
+    // Decode: 4,952,416,512 B / 1206 GB/s = 4.1065 ms (its FLOPs: 0.11 ms) + host 0.0114 ms (one 2,304-B row at
+    // min(4 x 9.38, 307.2 x 0.68) = 37.52 GB/s, floor 11.3 us) = 4.118 ms per output token, 242.846 tokens/s.
     // Prefill: 7.2166 TFLOP / 138.516 TFLOPS = 52.099 ms (weights once: 4.04 ms), 9827.375 tokens/s. First token:
-    // 52.0994 + 4,944,027,904 B / 1206 GB/s (4.0995) + 0.0047 = 56.204 ms.
+    // 52.0994 + 4,944,027,904 B / 1206 GB/s (4.0995) + 0.0114 = 56.210 ms.
     let d = plan_for(&m8, l8, &inventory("cloud-8xh100.yaml"), "inference", &set);
     assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
     assert_eq!(d.memory.devices.len(), 2);
@@ -622,15 +622,15 @@ mod cpu_kernels {
     /// DRAM bytes per second one core pulls (the class profiles give no per-core figure).
     pub const BYTES_PER_S_PER_CORE: f64 = 9.38e9;
     /// Attention runs at this share of the prefill FLOP rate.
-    pub const ATTENTION_SHARE: f64 = 0.247;
+    pub const ATTENTION_SHARE: f64 = 0.310;
     /// Per-token floor: fixed (host), per block, and per block for barriers with more than one thread.
-    pub const FLOOR_FIXED_S: f64 = 4.6e-6;
-    pub const FLOOR_PER_LAYER_S: f64 = 17.2e-6;
-    pub const FLOOR_SYNC_PER_LAYER_S: f64 = 30.1e-6;
+    pub const FLOOR_FIXED_S: f64 = 11.3e-6;
+    pub const FLOOR_PER_LAYER_S: f64 = 16.0e-6;
+    pub const FLOOR_SYNC_PER_LAYER_S: f64 = 4.88e-6;
 
     /// (decode parameters per FP32 FLOP of peak, prefill share of the FMA peak) of a weight type.
     pub fn rates(dtype: &str) -> (f64, f64) {
-        let (q4_k_decode, q4_k_prefill) = (0.168, 1.42);
+        let (q4_k_decode, q4_k_prefill) = (0.174, 1.60);
         let ratio = match dtype {
             "Q4_K" => 1.0,
             "Q6_K" => 0.76,
@@ -922,7 +922,7 @@ fn speed_figures_are_the_roofline_worked_by_hand() {
                 4.0,
                 "inference",
             ),
-            [1069.89, 26.876, 515.698, 37.207],
+            [1069.89, 26.872, 515.705, 37.214],
         ),
         (
             "cloud-8xh100.yaml",
@@ -935,13 +935,13 @@ fn speed_figures_are_the_roofline_worked_by_hand() {
                 4.0,
                 "inference",
             ),
-            [9827.375, 243.241, 56.204, 4.111],
+            [9827.375, 242.846, 56.21, 4.118],
         ),
         (
             "cpu-server.yaml",
             "chat",
             cpu_only(&w, shape, "cpu-x86-64-avx512-ddr5-8-channel", 63.0, "chat"),
-            [485.935, 145.405, 356.35, 27.509],
+            [549.657, 153.503, 317.088, 26.058],
         ),
     ];
     for (inv, preset, (Figures(hand), rows), commented) in cases {

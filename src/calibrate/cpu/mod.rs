@@ -892,7 +892,7 @@ mod tests {
         impl Spells {
             fn next(&mut self, v: f64) -> Sample {
                 self.0 += 1;
-                let v = if self.0 % 5 == 0 { v / 3.0 } else { v };
+                let v = if self.0.is_multiple_of(5) { v / 3.0 } else { v };
                 Sample {
                     best: v,
                     samples: vec![v],
