@@ -136,12 +136,12 @@ fn table(c: &Calibrated) -> String {
         } else {
             "-".into()
         };
-        let rows = f
-            .rows
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        // One row per repetition, interleaved with the other figures' (`measurements list` shows them all).
+        let rows = match (f.rows.first(), f.rows.last()) {
+            (Some(a), Some(b)) if f.rows.len() > 1 => format!("{a}..{b} ({})", f.rows.len()),
+            (Some(a), _) => a.to_string(),
+            _ => "-".into(),
+        };
         t.push_str(&format!(
             "{:<40} {:>18} {:>9}  {}\n",
             f.what,
