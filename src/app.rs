@@ -1287,7 +1287,11 @@ pub fn calibrate(
     };
     let run = store
         .begin_run(&crate::store::NewRun {
-            tool: "calibrate".into(),
+            tool: if bench.optimized() {
+                "calibrate".into()
+            } else {
+                crate::calibrate::cpu::DEBUG_BUILD_TOOL.into()
+            },
             runtime: crate::profile::RuntimeId::LlamaCpp,
             runtime_version: None,
             started_at: now(),
@@ -1347,6 +1351,13 @@ pub fn calibrate(
         })
         .collect();
     let mut notes = plan.notes.clone();
+    if !bench.optimized() {
+        notes.push(format!(
+            "a debug build ran these loops unoptimised: the figures understate this CPU, so the run is recorded as \
+             `{}` and no plan uses it; calibrate with a release build (`cargo run --release`)",
+            crate::calibrate::cpu::DEBUG_BUILD_TOOL
+        ));
+    }
     let mut failed: Vec<String> = outcome
         .failed
         .iter()

@@ -252,7 +252,7 @@ fn calibrate_quick_records_one_complete_run() {
     assert_eq!(
         count(
             &db,
-            "SELECT count(*) FROM run WHERE status = 'complete' AND tool = 'calibrate'"
+            "SELECT count(*) FROM run WHERE status = 'complete' AND tool LIKE 'calibrate%'"
         ),
         1
     );
@@ -345,6 +345,9 @@ fn calibrations_killed_midway_leave_no_usable_partial_run() {
         count(&db, "SELECT count(*) FROM run WHERE status = 'complete'"),
         0
     );
+    // A debug test build records its runs as `calibrate (debug build)`, which no plan uses anyway: name them as a
+    // release build would, so only their status keeps them out.
+    c.execute("UPDATE run SET tool = 'calibrate'", []).unwrap();
     let store = optimizer::store::Store::open(&db).unwrap();
     let ev = store
         .evidence(&["cpu-x86-64-avx2-ddr4-dual-channel".to_string()], "")
@@ -512,6 +515,67 @@ fn a_same_named_cpu_with_other_cores_is_not_this_machines_calibration() {
         &mut |_, _, _| {},
     )
     .unwrap();
+    assert_eq!(
+        resolve(&db, CPU_INVENTORY, "chat")["performance"]["basis"],
+        "analytic"
+    );
+}
+
+/// A mock whose kernels were not optimised, with the reference's figures.
+struct Unoptimized;
+
+impl CpuBench for Unoptimized {
+    fn isa(&self) -> String {
+        REFERENCE.isa.into()
+    }
+    fn optimized(&self) -> bool {
+        false
+    }
+    fn stream(&mut self, s: Stream, t: u32, b: u64, budget: Budget) -> Result<Sample, String> {
+        Scaled(1.0).stream(s, t, b, budget)
+    }
+    fn fma(&mut self, t: u32, budget: Budget) -> Result<Sample, String> {
+        Scaled(1.0).fma(t, budget)
+    }
+    fn dot(
+        &mut self,
+        d: DotType,
+        r: usize,
+        c: usize,
+        t: u32,
+        budget: Budget,
+    ) -> Result<Sample, String> {
+        Scaled(1.0).dot(d, r, c, t, budget)
+    }
+}
+
+/// A calibration from a debug build (its loops unoptimised, many times slower than the CPU) is recorded for
+/// `measurements show` but never used: `cargo run -- calibrate` must not make every later plan 30× too slow.
+#[test]
+fn a_debug_build_calibration_is_recorded_but_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("d.db");
+    let done = app::calibrate(
+        &sources(&db, CPU_INVENTORY),
+        &CalibrateRequest::default(),
+        &mut Unoptimized,
+        &mut no_gpu,
+        &AtomicBool::new(false),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(
+        done.notes.iter().any(|n| n.contains("debug build")),
+        "{:?}",
+        done.notes
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM run WHERE status = 'complete' AND tool = 'calibrate (debug build)'"
+        ),
+        1
+    );
     assert_eq!(
         resolve(&db, CPU_INVENTORY, "chat")["performance"]["basis"],
         "analytic"

@@ -978,6 +978,10 @@ impl Row {
                 });
             }
         } else if self.metric.starts_with("cpu_") && self.any_model {
+            // Only the micro-benchmarks of an optimised build describe the CPU (see `DEBUG_BUILD_TOOL`).
+            if self.tool != "calibrate" {
+                return;
+            }
             // A calibration figure of a CPU, at a thread count.
             if let Some(threads) = self
                 .threads

@@ -86,6 +86,12 @@ pub trait CpuBench {
     }
     /// The instruction set the kernels run with (`avx2+fma+f16c`, `portable`).
     fn isa(&self) -> String;
+    /// Whether the kernels were compiled with optimisations: a debug build's loops run many times slower than
+    /// the machine can (the read stream at 0.4 GB/s instead of 13 on the reference), so its figures describe the
+    /// build, not the CPU. Mocks report what the test gives them.
+    fn optimized(&self) -> bool {
+        true
+    }
     /// Bytes per second of `stream` over arrays of `bytes` each, split across `threads` threads.
     fn stream(
         &mut self,
@@ -575,6 +581,10 @@ impl CpuBench for Machine {
         kernels::isa().into()
     }
 
+    fn optimized(&self) -> bool {
+        !cfg!(debug_assertions)
+    }
+
     fn capacity(&self) -> Capacity {
         let (cpu, memory) = crate::hardware::probe_host();
         let threads = std::thread::available_parallelism()
@@ -708,6 +718,10 @@ impl CpuBench for Machine {
         ))
     }
 }
+
+/// The run tool of a calibration whose kernels were not optimised: recorded for `measurements show`, never used by
+/// a plan (the store reads CPU figures from `calibrate` runs only).
+pub const DEBUG_BUILD_TOOL: &str = "calibrate (debug build)";
 
 /// Stop flag for Ctrl-C: the calibration finishes the step under way, records it and stops.
 pub static STOP: AtomicBool = AtomicBool::new(false);
