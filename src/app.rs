@@ -610,12 +610,7 @@ pub fn import_measurements(
             runtime_version: Some(first.build_commit.clone()).filter(|c| !c.is_empty()),
             started_at: first.test_time.clone(),
             settings: serde_json::json!({ "file": file.display().to_string() }).to_string(),
-            host: crate::store::HostIdentity {
-                cpu_model: inv.cpu.model.clone(),
-                physical_cores: inv.cpu.physical_cores,
-                memory_total_bytes: inv.memory.total_bytes,
-                hostname: String::new(),
-            },
+            host: host_identity(&inv),
         })
         .map_err(store_failure)?;
     let ids = measurements
@@ -652,9 +647,7 @@ fn import_load_log(
     model: Option<&Path>,
 ) -> Result<Imported, Failure> {
     use crate::calibrate::load_log;
-    use crate::store::{
-        DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, Shape,
-    };
+    use crate::store::{DeviceIdentity, ModelIdentity, NewMeasurement, NewRun, Shape};
     let invalid = |m: String| {
         Failure::new(
             exit::INVALID_INPUT,
@@ -829,22 +822,15 @@ fn import_load_log(
         )));
     }
     let store = sources.store()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| t.as_secs());
+    let now = now_rfc3339();
     let run = store
         .begin_run(&NewRun {
             tool: "llama.cpp load log".into(),
             runtime: crate::profile::RuntimeId::LlamaCpp,
             runtime_version: log.build.clone(),
-            started_at: rfc3339(now),
+            started_at: now.clone(),
             settings: serde_json::json!({ "file": file.display().to_string() }).to_string(),
-            host: HostIdentity {
-                cpu_model: inv.cpu.model.clone(),
-                physical_cores: inv.cpu.physical_cores,
-                memory_total_bytes: inv.memory.total_bytes,
-                hostname: String::new(),
-            },
+            host: host_identity(&inv),
         })
         .map_err(store_failure)?;
     let ids = measurements
@@ -852,9 +838,7 @@ fn import_load_log(
         .map(|m| store.record(run, m))
         .collect::<Result<Vec<i64>, _>>()
         .map_err(store_failure)?;
-    store
-        .finish_run(run, &rfc3339(now))
-        .map_err(store_failure)?;
+    store.finish_run(run, &now).map_err(store_failure)?;
     Ok(Imported {
         file: file.display().to_string(),
         runs: vec![run.0],
@@ -1078,12 +1062,23 @@ impl Planned {
     }
 }
 
-fn now_rfc3339() -> String {
+/// The time now as RFC 3339 UTC (a run's start and finish).
+pub fn now_rfc3339() -> String {
     rfc3339(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |t| t.as_secs()),
     )
+}
+
+/// The host a run is taken on, as the store keys it: the inventory's CPU, cores and memory.
+pub fn host_identity(inv: &crate::hardware::Inventory) -> crate::store::HostIdentity {
+    crate::store::HostIdentity {
+        cpu_model: inv.cpu.model.clone(),
+        physical_cores: inv.cpu.physical_cores,
+        memory_total_bytes: inv.memory.total_bytes,
+        hostname: String::new(),
+    }
 }
 
 /// `observe`: records what a planned deployment really did against its device and model, in the shape it ran
@@ -1278,13 +1273,6 @@ pub fn calibrate(
     };
     let isa = bench.isa();
     let store = sources.store()?;
-    let now = || {
-        rfc3339(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        )
-    };
     let run = store
         .begin_run(&crate::store::NewRun {
             tool: if bench.optimized() {
@@ -1294,7 +1282,7 @@ pub fn calibrate(
             },
             runtime: crate::profile::RuntimeId::LlamaCpp,
             runtime_version: None,
-            started_at: now(),
+            started_at: now_rfc3339(),
             settings: serde_json::json!({
                 "quick": req.quick,
                 "model": spec.as_ref().map(|s| s.fingerprint.clone()),
@@ -1304,12 +1292,7 @@ pub fn calibrate(
                 "reps": plan.budget.reps,
             })
             .to_string(),
-            host: crate::store::HostIdentity {
-                cpu_model: inv.cpu.model.clone(),
-                physical_cores: inv.cpu.physical_cores,
-                memory_total_bytes: inv.memory.total_bytes,
-                hostname: String::new(),
-            },
+            host: host_identity(&inv),
         })
         .map_err(store_failure)?;
     // The rows of each step's repetitions, in the order they were recorded.
@@ -1404,7 +1387,9 @@ pub fn calibrate(
             }
         }
     }
-    store.finish_run(run, &now()).map_err(store_failure)?;
+    store
+        .finish_run(run, &now_rfc3339())
+        .map_err(store_failure)?;
     let reads: Vec<(u32, f64)> = outcome
         .measured
         .iter()

@@ -74,6 +74,20 @@ fn sources(db: &Path, inventory: &str) -> Sources {
     }
 }
 
+/// `app::calibrate` of the CPU alone with `bench`, to the end (no GPU, no stop).
+fn calibrate_cpu(s: &Sources, quick: bool, bench: &mut dyn CpuBench) -> app::Calibrated {
+    let req = CalibrateRequest { quick, model: None };
+    app::calibrate(
+        s,
+        &req,
+        bench,
+        &mut no_gpu,
+        &AtomicBool::new(false),
+        &mut |_, _, _| {},
+    )
+    .unwrap()
+}
+
 fn no_gpu(_: u32) -> Result<Box<dyn GpuBench>, gpu::GpuError> {
     Err(gpu::GpuError::NoDriver)
 }
@@ -112,16 +126,7 @@ fn resolve_moves_from_rule_to_calibrated_after_calibrate() {
     let db = dir.path().join("c.db");
     let before = resolve(&db, CPU_INVENTORY, "chat");
     assert_eq!(before["performance"]["basis"], "analytic");
-    let stop = AtomicBool::new(false);
-    let done = app::calibrate(
-        &sources(&db, CPU_INVENTORY),
-        &CalibrateRequest::default(),
-        &mut Scaled(1.5),
-        &mut no_gpu,
-        &stop,
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let done = calibrate_cpu(&sources(&db, CPU_INVENTORY), false, &mut Scaled(1.5));
     assert!(!done.stopped && done.failed.is_empty(), "{done:?}");
     let after = resolve(&db, CPU_INVENTORY, "chat");
     assert_eq!(after["performance"]["basis"], "calibrated");
@@ -165,15 +170,7 @@ fn another_cpus_calibration_is_not_used() {
         profile_dirs: vec![],
         db: Some(db.clone()),
     };
-    app::calibrate(
-        &s,
-        &CalibrateRequest::default(),
-        &mut Scaled(2.0),
-        &mut no_gpu,
-        &AtomicBool::new(false),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    calibrate_cpu(&s, false, &mut Scaled(2.0));
     assert_eq!(
         resolve(&db, CPU_INVENTORY, "chat")["performance"]["basis"],
         "analytic"
@@ -462,15 +459,7 @@ fn calibrate_is_bounded_by_this_machines_threads_and_memory_not_the_inventorys()
         db: Some(db),
     };
     let mut bench = Small::default();
-    let done = app::calibrate(
-        &s,
-        &CalibrateRequest::default(),
-        &mut bench,
-        &mut no_gpu,
-        &AtomicBool::new(false),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let done = calibrate_cpu(&s, false, &mut bench);
     assert_eq!(bench.most_threads, 2);
     assert!(done.figures.iter().all(|f| f.threads <= 2), "{done:?}");
     // Three arrays of the triad within an eighth of the 1 GiB this machine has free.
@@ -503,18 +492,7 @@ fn a_same_named_cpu_with_other_cores_is_not_this_machines_calibration() {
         profile_dirs: vec![],
         db: Some(db.clone()),
     };
-    app::calibrate(
-        &s,
-        &CalibrateRequest {
-            quick: true,
-            model: None,
-        },
-        &mut Scaled(2.0),
-        &mut no_gpu,
-        &AtomicBool::new(false),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    calibrate_cpu(&s, true, &mut Scaled(2.0));
     assert_eq!(
         resolve(&db, CPU_INVENTORY, "chat")["performance"]["basis"],
         "analytic"
@@ -555,15 +533,7 @@ impl CpuBench for Unoptimized {
 fn a_debug_build_calibration_is_recorded_but_never_used() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("d.db");
-    let done = app::calibrate(
-        &sources(&db, CPU_INVENTORY),
-        &CalibrateRequest::default(),
-        &mut Unoptimized,
-        &mut no_gpu,
-        &AtomicBool::new(false),
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+    let done = calibrate_cpu(&sources(&db, CPU_INVENTORY), false, &mut Unoptimized);
     assert!(
         done.notes.iter().any(|n| n.contains("debug build")),
         "{:?}",

@@ -20,7 +20,7 @@ use optimizer::evidence::{Basis, CpuFigure, Evidence};
 use optimizer::hardware::{self, Inventory};
 use optimizer::model::{self, ModelSpec};
 use optimizer::plan::Overrides;
-use optimizer::profile::{ContextPolicy, Phase, ProfileSet, ReserveTarget, RuntimeId};
+use optimizer::profile::{Phase, ProfileSet, ReserveTarget, RuntimeId};
 use serde_json::Value;
 
 /// The goal for calibrated predictions.
@@ -72,12 +72,7 @@ fn resolve(
     evidence: &Evidence,
 ) -> (f64, u32, Basis) {
     let prefill = test.starts_with("pp");
-    let n: u64 = test[2..].parse().unwrap();
-    let mut w = set.workload("inference").unwrap().value.clone();
-    // llama-bench: pp512 processes 512 prompt tokens; tg128 generates 128 from an empty context; one sequence.
-    (w.prompt_tokens, w.generation_tokens) = if prefill { (n, 1) } else { (1, n) };
-    w.context = ContextPolicy::Fixed { tokens: n + 1 };
-    w.precision.kv_cache = vec!["f16".into()];
+    let w = common::llama_bench_workload(set, test);
     let doc = common::plan_workload(
         spec,
         "m.gguf",

@@ -24,7 +24,7 @@ use optimizer::model::gguf_builder::LlamaShape;
 use optimizer::model::{self, ModelSpec};
 use optimizer::perf::{self, Shape};
 use optimizer::plan::Overrides;
-use optimizer::profile::{ContextPolicy, Phase, ProfileSet, ReserveTarget, RuntimeId};
+use optimizer::profile::{Phase, ProfileSet, ReserveTarget, RuntimeId};
 use serde_json::Value;
 
 /// Goal of issue 8 for the uncalibrated model: every held-out row within 35 %.
@@ -256,12 +256,7 @@ fn planner_predictions_match_llama_bench_on_an_h100() {
         });
         let test = row["test"].as_str().unwrap();
         let prefill = test.starts_with("pp");
-        let n: u64 = test[2..].parse().unwrap();
-        let mut w = set.workload("inference").unwrap().value.clone();
-        // llama-bench: pp512 processes 512 prompt tokens; tg128 generates 128 from an empty context.
-        (w.prompt_tokens, w.generation_tokens) = if prefill { (n, 1) } else { (1, n) };
-        w.context = ContextPolicy::Fixed { tokens: n + 1 };
-        w.precision.kv_cache = vec!["f16".into()];
+        let w = common::llama_bench_workload(&set, test);
         let doc = common::plan_workload(
             spec,
             "m.gguf",

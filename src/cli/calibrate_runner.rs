@@ -132,24 +132,13 @@ pub fn run(args: &RunnerArgs, common: &Common) -> Result<(), Failure> {
     let store = common.store()?;
     let bench = program(args);
     let argv = s.argv(&args.model);
-    let clock = || {
-        crate::app::rfc3339(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |t| t.as_secs()),
-        )
-    };
+    let clock = crate::app::now_rfc3339;
     let mut sink = StoreSink {
         store: &store,
         fleet: &fleet,
         model: &spec,
         tool: "calibrate --runner llama-bench".into(),
-        host: crate::store::HostIdentity {
-            cpu_model: inv.cpu.model.clone(),
-            physical_cores: inv.cpu.physical_cores,
-            memory_total_bytes: inv.memory.total_bytes,
-            hostname: String::new(),
-        },
+        host: crate::app::host_identity(&inv),
         settings: serde_json::json!({ "program": bench.display().to_string(), "argv": argv })
             .to_string(),
         clock: &clock,

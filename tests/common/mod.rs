@@ -109,6 +109,20 @@ pub fn plan_workload(
     })
 }
 
+/// The workload of one llama-bench test (`pp512`, `tg128`): pp512 processes 512 prompt tokens, tg128 generates
+/// 128 from an empty context; one sequence, a context of the test's tokens + 1, an f16 KV cache.
+pub fn llama_bench_workload(set: &ProfileSet, test: &str) -> WorkloadProfile {
+    let prefill = test.starts_with("pp");
+    let n: u64 = test[2..]
+        .parse()
+        .unwrap_or_else(|_| panic!("not a llama-bench test: {test}"));
+    let mut w = set.workload("inference").unwrap().value.clone();
+    (w.prompt_tokens, w.generation_tokens) = if prefill { (n, 1) } else { (1, n) };
+    w.context = profile::ContextPolicy::Fixed { tokens: n + 1 };
+    w.precision.kv_cache = vec!["f16".into()];
+    w
+}
+
 /// The ggml type id of a type name, as the upstream tables spell it.
 pub fn type_id(name: &str) -> u32 {
     (0..64)
