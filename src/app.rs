@@ -1276,7 +1276,7 @@ pub fn calibrate(
     let run = store
         .begin_run(&crate::store::NewRun {
             tool: if bench.optimized() {
-                "calibrate".into()
+                crate::evidence::CALIBRATE_TOOL.into()
             } else {
                 crate::calibrate::cpu::DEBUG_BUILD_TOOL.into()
             },

@@ -75,6 +75,10 @@ impl PeakMemory {
     }
 }
 
+/// The run tool of `optimizer calibrate` with optimised kernels: the only runs whose CPU figures describe the CPU
+/// (`calibrate::cpu::DEBUG_BUILD_TOOL` marks the others).
+pub const CALIBRATE_TOOL: &str = "calibrate";
+
 /// A CPU micro-benchmark figure of `optimizer calibrate`: a device figure, for every model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CpuFigure {

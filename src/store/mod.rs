@@ -979,7 +979,7 @@ impl Row {
             }
         } else if self.metric.starts_with("cpu_") && self.any_model {
             // Only the micro-benchmarks of an optimised build describe the CPU (see `DEBUG_BUILD_TOOL`).
-            if self.tool != "calibrate" {
+            if self.tool != crate::evidence::CALIBRATE_TOOL {
                 return;
             }
             // A calibration figure of a CPU, at a thread count.
