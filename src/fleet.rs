@@ -589,8 +589,8 @@ impl Fleet {
                 row,
             });
         }
-        let probe = perf::cpu_device(host.class.as_ref(), &host.inventory, 1, 1.0, 1.0, None);
-        let nominal = probe.cpu.map_or(0.0, |r| r.hz * r.fp32_flops_per_cycle);
+        let (ghz, fpc) = perf::nominal_core(host.class.as_ref(), &host.inventory);
+        let nominal = ghz * 1e9 * fpc;
         if let Some((t, fma)) = most(&c.fma)
             && nominal > 0.0
             && c.isa.as_deref() == Some(perf::REFERENCE.isa)

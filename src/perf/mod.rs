@@ -182,6 +182,20 @@ pub const DEFAULT_FP32_FLOPS_PER_CYCLE: f64 = 16.0;
 /// bound by the dot-product rate, not by bandwidth, so the true figure is at least this.
 pub const DEFAULT_BANDWIDTH_PER_CORE: f64 = 9.38e9;
 
+/// A core's clock in GHz (the inventory's, else [`DEFAULT_CPU_GHZ`]) and FP32 FLOP per cycle (the class
+/// profile's, else [`DEFAULT_FP32_FLOPS_PER_CYCLE`]): the analytic FMA peak a calibration is compared with.
+pub fn nominal_core(profile: Option<&HardwareProfile>, inv: &Inventory) -> (f64, f64) {
+    let fpc = profile
+        .and_then(|p| p.cpu.as_ref())
+        .and_then(|c| c.fp32_flops_per_cycle_per_core)
+        .unwrap_or(DEFAULT_FP32_FLOPS_PER_CYCLE);
+    let ghz = inv
+        .cpu
+        .frequency_mhz
+        .map_or(DEFAULT_CPU_GHZ, |m| m as f64 / 1000.0);
+    (ghz, fpc)
+}
+
 /// The host's speed figures exactly as the planner uses them: the class profile's socket bandwidth and FP32
 /// FLOP per cycle, the inventory's clock, `threads` threads, and the rule tables' decode and prefill
 /// efficiencies.
@@ -194,13 +208,7 @@ pub fn cpu_device(
     calibration: Option<&crate::evidence::CpuCalibration>,
 ) -> DevicePerf {
     let spec = profile.and_then(|p| p.cpu.as_ref());
-    let fpc = spec
-        .and_then(|c| c.fp32_flops_per_cycle_per_core)
-        .unwrap_or(DEFAULT_FP32_FLOPS_PER_CYCLE);
-    let ghz = inv
-        .cpu
-        .frequency_mhz
-        .map_or(DEFAULT_CPU_GHZ, |m| m as f64 / 1000.0);
+    let (ghz, fpc) = nominal_core(profile, inv);
     let per_core = spec
         .and_then(|c| c.bandwidth_per_core_gb_s)
         .map_or(DEFAULT_BANDWIDTH_PER_CORE, |g| g * 1e9);
