@@ -162,6 +162,9 @@ pub struct FleetGpu {
     pub prefill: Option<Efficiency>,
     /// Host-to-device bytes per second (PCIe), when the profile or the probe says.
     pub link_bytes_per_s: Option<f64>,
+    /// GPU-to-GPU NVLink bytes per second in each direction (half the profile's bidirectional total), when the
+    /// profile has NVLink; tensor-parallel all-reduces run over it, else over PCIe.
+    pub nvlink_bytes_per_s: Option<f64>,
     pub compute_capability: Option<(u32, u32)>,
     /// The GPU allocates from the host's memory (Apple silicon).
     pub unified_memory: bool,
@@ -281,6 +284,19 @@ pub fn pcie_bytes_per_s(i: &Interconnect) -> Option<f64> {
         _ => return None,
     };
     Some(per_lane * lanes)
+}
+
+/// NVLink bytes per second in each direction between the GPUs of one node: half the profile's bidirectional
+/// total, for boards whose NVLink is part of the baseboard (SXM/HGX parts). PCIe cards (`*-pcie` profiles,
+/// GeForce boards) take NVLink only through an optional bridge between pairs of cards that neither a profile nor
+/// the probe can see, so their GPUs are planned over PCIe.
+pub fn nvlink_bytes_per_s(p: &HardwareProfile) -> Option<f64> {
+    let bridge_only = p.id.contains("pcie") || p.name.contains("GeForce");
+    p.interconnect
+        .as_ref()
+        .and_then(|i| i.nvlink_gb_s)
+        .filter(|&b| b > 0.0 && !bridge_only)
+        .map(|b| b * 1e9 / 2.0)
 }
 
 /// The generic CPU class the throughput model uses for the host: by architecture, SIMD features and core count
@@ -436,6 +452,7 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Result<Fl
             decode: efficiency(set, ReserveTarget::Gpu, runtime, Phase::Decode, cc),
             prefill: efficiency(set, ReserveTarget::Gpu, runtime, Phase::Prefill, cc),
             link_bytes_per_s: link,
+            nvlink_bytes_per_s: nvlink_bytes_per_s(&profile),
             compute_capability: cc,
             unified_memory: kind == DeviceKind::Metal,
         });

@@ -20,9 +20,17 @@ pub enum RawObjective {
     Balanced,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RawRuntime {
+    #[value(name = "llama.cpp")]
+    LlamaCpp,
+    Vllm,
+}
+
 #[derive(Debug, Args)]
 pub struct RawResolve {
-    /// The model (.gguf, any shard of a split model).
+    /// The model: a .gguf (any shard of a split model), or a safetensors checkpoint (its directory with
+    /// config.json, its *.safetensors.index.json, or a single .safetensors file).
     #[arg(short = 'm', long)]
     model: PathBuf,
     /// Workload preset id (`optimizer profiles list`): inference, chat, code-generation, batch-inference,
@@ -47,6 +55,12 @@ pub struct RawResolve {
     /// Pin the parallel sequences (llama-server slots), at least 1.
     #[arg(long)]
     parallel: Option<u32>,
+    /// The engine to plan for: llama.cpp (GGUF) or vllm (safetensors). By default the model's format decides.
+    #[arg(long, value_enum)]
+    runtime: Option<RawRuntime>,
+    /// Pin vLLM's tensor-parallel size (GPUs one replica splits every layer over).
+    #[arg(long = "tensor-parallel")]
+    tensor_parallel: Option<u32>,
     /// Override the workload's objective.
     #[arg(long, value_enum)]
     objective: Option<RawObjective>,
@@ -96,6 +110,11 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                     RawObjective::Throughput => Objective::Throughput,
                     RawObjective::Balanced => Objective::Balanced,
                 }),
+                runtime: raw.runtime.map(|r| match r {
+                    RawRuntime::LlamaCpp => crate::profile::RuntimeId::LlamaCpp,
+                    RawRuntime::Vllm => crate::profile::RuntimeId::Vllm,
+                }),
+                tensor_parallel: raw.tensor_parallel,
             },
         },
         explain: raw.explain,
@@ -148,6 +167,38 @@ fn explain(d: &Deployment) -> String {
             );
             s.parallel
         }
+        crate::emit::Settings::Vllm(s) => {
+            let _ = writeln!(
+                o,
+                "{verb} for workload {} ({:?}): {} with tensor parallel {} on {devices}{}, --max-model-len {}, --max-num-seqs {}, --max-num-batched-tokens {}, KV cache {} ({} tokens per GPU, {:.2}x concurrency at the full length), {}{}.",
+                d.workload.preset,
+                d.workload.objective,
+                d.runtime.id.name(),
+                s.tensor_parallel_size,
+                if s.replicas_per_node > 1 {
+                    format!(", {} replicas per node", s.replicas_per_node)
+                } else {
+                    String::new()
+                },
+                s.max_model_len,
+                s.max_num_seqs,
+                s.max_num_batched_tokens,
+                s.kv_cache_dtype,
+                s.kv_cache_tokens,
+                s.max_concurrency,
+                if s.enforce_eager {
+                    "eager (no CUDA graphs)"
+                } else {
+                    "CUDA graphs"
+                },
+                if d.topology.nodes > 1 {
+                    format!(", on each of {} nodes", d.topology.nodes)
+                } else {
+                    String::new()
+                }
+            );
+            s.max_num_seqs
+        }
     };
     let _ = writeln!(
         o,
@@ -190,6 +241,18 @@ fn explain(d: &Deployment) -> String {
                     o,
                     "Also considered {:?} -ngl {}, {} tokens x {} sequences: {}.",
                     s.strategy, s.gpu_layers, s.context_per_sequence, s.parallel, a.why
+                );
+            }
+            crate::emit::Settings::Vllm(s) => {
+                let _ = writeln!(
+                    o,
+                    "Also considered tensor parallel {}, KV {}, {} tokens x {} sequences{}: {}.",
+                    s.tensor_parallel_size,
+                    s.kv_cache_dtype,
+                    s.max_model_len,
+                    s.max_num_seqs,
+                    if s.enforce_eager { ", eager" } else { "" },
+                    a.why
                 );
             }
         }

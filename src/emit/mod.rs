@@ -155,12 +155,56 @@ pub struct LlamaCppSettings {
     pub precision: String,
 }
 
+/// vLLM's settings (`vllm serve` flags and what they mean). Every byte figure is per GPU (per tensor-parallel
+/// rank); a replica is one `vllm serve` process over `tensor_parallel_size` GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct VllmSettings {
+    /// `--tensor-parallel-size`: GPUs one replica shards every layer over.
+    pub tensor_parallel_size: u32,
+    /// Replicas on one node (`vllm serve` processes, each on its own GPUs); the topology's `data_parallel`
+    /// counts them over all nodes.
+    pub replicas_per_node: u32,
+    /// `--dtype`: the activation and unquantized-weight type (`bfloat16`, `float16`).
+    pub dtype: String,
+    /// `--quantization`: the method vLLM runs the checkpoint's packed weights with; absent when unquantized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<String>,
+    /// `--kv-cache-dtype`: `auto` (the model dtype) or `fp8` (e4m3).
+    pub kv_cache_dtype: String,
+    /// `--block-size`: tokens per KV cache block.
+    pub block_size: u32,
+    /// `--max-model-len`: tokens one sequence may hold (prompt and generation).
+    pub max_model_len: u32,
+    /// `--max-num-seqs`: sequences scheduled together.
+    pub max_num_seqs: u32,
+    /// `--max-num-batched-tokens`: tokens one scheduler step may process (chunked prefill's chunk).
+    pub max_num_batched_tokens: u32,
+    /// `--gpu-memory-utilization`: the share of each GPU's total memory vLLM may take, as vLLM checks it
+    /// against the free memory at start-up.
+    pub gpu_memory_utilization: f64,
+    /// `--kv-cache-memory-bytes`: the KV cache per GPU, fixed by the plan so that vLLM's own profiling cannot
+    /// size it differently.
+    pub kv_cache_memory_bytes: u64,
+    /// KV cache blocks per GPU that `kv_cache_memory_bytes` holds, and the tokens they hold (vLLM's "GPU KV
+    /// cache size: N tokens").
+    pub kv_cache_blocks: u64,
+    pub kv_cache_tokens: u64,
+    /// `kv_cache_tokens / max_model_len`: vLLM's "Maximum concurrency for N tokens per request".
+    pub max_concurrency: f64,
+    /// `--enforce-eager`: no CUDA graphs (less memory, slower decode).
+    pub enforce_eager: bool,
+    /// The attention backend vLLM selects for this GPU and model (not pinned on the command line).
+    pub attention_backend: String,
+}
+
 /// The runtime's settings, tagged by runtime.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "runtime")]
 pub enum Settings {
     #[serde(rename = "llama.cpp")]
     LlamaCpp(LlamaCppSettings),
+    #[serde(rename = "vllm")]
+    Vllm(VllmSettings),
 }
 
 impl Settings {
@@ -168,6 +212,15 @@ impl Settings {
     pub fn llama_cpp(&self) -> Option<&LlamaCppSettings> {
         match self {
             Settings::LlamaCpp(s) => Some(s),
+            Settings::Vllm(_) => None,
+        }
+    }
+
+    /// vLLM's settings, when the plan is vLLM's.
+    pub fn vllm(&self) -> Option<&VllmSettings> {
+        match self {
+            Settings::Vllm(s) => Some(s),
+            Settings::LlamaCpp(_) => None,
         }
     }
 }

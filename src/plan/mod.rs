@@ -22,6 +22,7 @@ use crate::hardware::Inventory;
 use crate::model::ModelSpec;
 use crate::profile::{Phase, ProfileSet, RuntimeId, WorkloadProfile};
 use crate::runtime::llama_cpp::LlamaCpp;
+use crate::runtime::vllm::Vllm;
 use crate::runtime::{Candidate, Request, Runtime};
 
 pub use crate::runtime::llama_cpp::MAX_CONTEXT_PER_SEQUENCE;
@@ -45,10 +46,17 @@ pub struct Inputs<'a> {
 /// room for denser ones while bounding the placement search, which grows with the GPU count.
 pub const MAX_GPUS: usize = 64;
 
-/// The runtime that serves this model and workload. Only llama.cpp is modelled today; the refusal for other
-/// formats and for training comes from it.
-pub fn runtime_for(_model: &ModelSpec, _w: &WorkloadProfile) -> RuntimeId {
-    RuntimeId::LlamaCpp
+/// The runtime that serves this model and workload: the one `--runtime` names, else by the model's format (GGUF:
+/// llama.cpp; safetensors: vLLM). Training and fine-tuning have no runtime yet; the refusal comes from the one
+/// chosen here.
+pub fn runtime_for(model: &ModelSpec, _w: &WorkloadProfile, ov: &Overrides) -> RuntimeId {
+    match ov.runtime {
+        Some(r) if r != RuntimeId::Any => r,
+        _ => match model.format {
+            crate::model::Format::Gguf => RuntimeId::LlamaCpp,
+            crate::model::Format::Safetensors => RuntimeId::Vllm,
+        },
+    }
 }
 
 /// Plans a deployment on one machine. `Err` only for inputs the planner cannot handle; a plan that does not fit
@@ -63,7 +71,7 @@ pub fn resolve_nodes(inp: &Inputs, nodes: u32) -> Result<Deployment, PlanError> 
     let mut fleet = fleet::build(
         inp.inventory,
         inp.profiles,
-        runtime_for(inp.model, inp.workload),
+        runtime_for(inp.model, inp.workload, inp.overrides),
     )
     .map_err(|e| PlanError::Profile(e.0))?;
     fleet.nodes = nodes.max(1);
@@ -90,7 +98,14 @@ pub fn resolve_fleet(inp: &Inputs, mut fleet: Fleet) -> Result<Deployment, PlanE
         overrides: inp.overrides,
     };
     match fleet.runtime {
-        RuntimeId::LlamaCpp | RuntimeId::Vllm | RuntimeId::Torch | RuntimeId::Any => {
+        RuntimeId::Vllm => {
+            let rt = Vllm::new(&req)?;
+            plan_with(&rt, inp, &req)
+        }
+        RuntimeId::Torch => Err(PlanError::Usage(
+            "--runtime torch: training and fine-tuning plans are not modelled yet; serve with llama.cpp (GGUF) or vLLM (safetensors)".into(),
+        )),
+        RuntimeId::LlamaCpp | RuntimeId::Any => {
             let rt = LlamaCpp::new(&req)?;
             plan_with(&rt, inp, &req)
         }
@@ -128,7 +143,7 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
     let described = rt.describe(&chosen);
     let mut provenance = described.provenance;
     provenance.insert(
-        "settings.cache_type_k".into(),
+        rt.variant_key().into(),
         Provenance {
             source: variant_decision.0,
             detail: variant_decision.1,

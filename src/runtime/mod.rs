@@ -9,6 +9,7 @@
 //! logarithmic in the layer count.
 
 pub mod llama_cpp;
+pub mod vllm;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,6 +31,10 @@ pub struct Overrides {
     /// Sequences served together.
     pub parallel: Option<u32>,
     pub objective: Option<Objective>,
+    /// The engine to plan for (`--runtime`); `None`: the model's format and the workload decide.
+    pub runtime: Option<RuntimeId>,
+    /// vLLM's `--tensor-parallel-size`.
+    pub tensor_parallel: Option<u32>,
 }
 
 /// Inputs the planner cannot work with.
@@ -40,10 +45,8 @@ pub enum PlanError {
         "workload {0:?} is a {1} workload; llama.cpp plans cover inference only (training plans need the training memory model)"
     )]
     UnsupportedMode(String, &'static str),
-    /// A usage error (exit 2): no runtime here serves this format.
-    #[error(
-        "a {0} checkpoint: llama.cpp serves GGUF files, and no runtime this planner models serves {0} yet"
-    )]
+    /// A usage error (exit 2): the runtime asked for does not serve this format.
+    #[error("{0}")]
     UnsupportedFormat(String),
     /// The model file has a defect the planner found (exit 4, naming the file).
     #[error("{0}")]
@@ -166,6 +169,10 @@ pub trait Runtime {
     fn sequences(&self, p: &Self::Point) -> u32;
     /// The variant the workload prefers.
     fn preferred_variant(&self) -> String;
+    /// The document key the variant decision's provenance is filed under.
+    fn variant_key(&self) -> &'static str {
+        "settings.cache_type_k"
+    }
     /// How much better (relative score) another variant must be before the preferred one is given up, and the
     /// rule that says so; `None`: the variant is taken for memory only.
     fn min_gain(&self, variant: &str) -> Option<(f64, String)>;

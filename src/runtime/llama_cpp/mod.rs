@@ -123,9 +123,10 @@ impl<'a> LlamaCpp<'a> {
             ));
         }
         if model.format != Format::Gguf {
-            return Err(PlanError::UnsupportedFormat(
-                format!("{:?}", model.format).to_lowercase(),
-            ));
+            return Err(PlanError::UnsupportedFormat(format!(
+                "a {} checkpoint: llama.cpp serves GGUF files; plan it with vLLM (--runtime vllm), or convert it to GGUF (llama.cpp's convert_hf_to_gguf.py)",
+                format!("{:?}", model.format).to_lowercase()
+            )));
         }
         let n_layer = model
             .hparams
