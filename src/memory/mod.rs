@@ -2,3 +2,4 @@
 //! overhead. Pure: takes a [`crate::model::ModelSpec`] and parameter values, touches nothing.
 
 pub mod llama_cpp;
+pub mod vllm;

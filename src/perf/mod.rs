@@ -23,6 +23,8 @@
 //! prefill, the read bandwidth times the share of it a decode reached there. The floor is not scaled: no
 //! micro-benchmark measures ggml's per-op synchronisation.
 
+pub mod collective;
+
 use serde::Serialize;
 
 use crate::hardware::Inventory;

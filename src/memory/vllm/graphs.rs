@@ -1,0 +1,69 @@
+//! CUDA graph memory as vLLM 0.33.0 reserves it before sizing the KV cache.
+//!
+//! Capture sizes (vllm/config/vllm.py `VllmConfig._set_cudagraph_sizes`): with no user list,
+//! `max = min(max_num_seqs × 2, 512)` (1024 on compute capability 10.x), capped by `max_num_batched_tokens`;
+//! sizes `1, 2, 4`, then multiples of 8 below 256, then multiples of 16 from 256 to `max`, plus
+//! `max_num_batched_tokens` and `max_num_seqs` when they fit. The default mode `FULL_AND_PIECEWISE` captures
+//! every size piecewise and the uniform-decode sizes `≤ max_num_seqs` as full graphs (the public log
+//! `lmcache-3430-…` prints `PIECEWISE=51 (largest=512), FULL=35 (largest=256)` for 256 sequences).
+//!
+//! The estimate (vllm/v1/worker/gpu_model_runner.py `profile_cudagraph_memory`): per mode, the first capture's
+//! bytes plus `(n − 1) ×` the second capture's, floored at 1 MiB a graph. Here every graph costs
+//! `max(layers × CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, 1 MiB)` (graph nodes grow with layers).
+//! FITTED: [`CUDA_GRAPH_BYTES_PER_GRAPH_LAYER`] on the only public figure, "Estimated CUDA graph memory: 0.52 GiB
+//! total" for Qwen3-8B (36 layers, 86 graphs) in `lmcache-3430-qwen3-8b-24gb-cudagraph-profiling`; no
+//! held-out point exists, so the error of this term is unknown beyond that entry.
+
+use crate::model::ModelSpec;
+
+use super::Params;
+
+/// The platform's default capture ceiling on CUDA before compute capability 10.x.
+pub const DEFAULT_MAX_GRAPH_SIZE: u32 = 512;
+/// Fitted: 0.52 GiB / (86 graphs × 36 layers) = 180,350 bytes, rounded.
+pub const CUDA_GRAPH_BYTES_PER_GRAPH_LAYER: u64 = 180_000;
+/// vLLM's floor per graph: `max(mem_samples[1], 1 << 20)`.
+const MIN_GRAPH_BYTES: u64 = 1 << 20;
+
+/// The default capture sizes, ascending.
+pub fn capture_sizes(
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+    max_graph_size: u32,
+) -> Vec<u32> {
+    let max = max_num_seqs
+        .saturating_mul(2)
+        .min(max_graph_size)
+        .min(max_num_batched_tokens);
+    if max == 0 {
+        return Vec::new();
+    }
+    let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|&i| i <= max).collect();
+    v.extend((8..=max.min(255)).step_by(8));
+    if max >= 256 {
+        v.extend((256..=max).step_by(16));
+    }
+    if max_num_batched_tokens <= max {
+        v.push(max_num_batched_tokens);
+    }
+    if max_num_seqs <= max {
+        v.push(max_num_seqs);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+pub fn cuda_graph_bytes(model: &ModelSpec, p: &Params, max_graph_size: u32) -> Result<u64, String> {
+    let sizes = capture_sizes(p.max_num_seqs, p.max_num_batched_tokens, max_graph_size);
+    let piecewise = sizes.len() as u64;
+    let full = sizes.iter().filter(|&&s| s <= p.max_num_seqs).count() as u64;
+    let layers = model.hparams.block_count.unwrap_or(0);
+    let per_graph = layers
+        .checked_mul(CUDA_GRAPH_BYTES_PER_GRAPH_LAYER)
+        .ok_or("CUDA graph bytes overflow")?
+        .max(MIN_GRAPH_BYTES);
+    (piecewise + full)
+        .checked_mul(per_graph)
+        .ok_or_else(|| "CUDA graph bytes overflow".to_string())
+}
