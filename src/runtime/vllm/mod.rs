@@ -27,7 +27,7 @@ use crate::emit::{
 use crate::fleet::{DeviceKind, FleetGpu, PCIE3_X16_BYTES_PER_S};
 use crate::memory::vllm::{self as mem, Dtype, KvCacheDtype};
 use crate::model::{Format, ModelSpec, Role};
-use crate::perf::{self, DeviceLoad, Shape};
+use crate::perf::{self, DeviceLoad, Shape, collective};
 use crate::profile::{ContextPolicy, Mode, Objective, WorkloadProfile};
 
 use std::collections::BTreeMap;
@@ -275,8 +275,8 @@ impl<'a> Vllm<'a> {
         let room = cap.saturating_sub(reserve);
         let left = room.saturating_sub(non_kv);
         // Whole blocks only: vLLM divides the bytes by the page size.
-        let kv_alloc = if kv.page_bytes > 0 {
-            left / kv.page_bytes * kv.page_bytes
+        let kv_alloc = if kv.bytes_per_block > 0 {
+            left / kv.bytes_per_block * kv.bytes_per_block
         } else {
             0
         };
@@ -350,17 +350,34 @@ impl<'a> Vllm<'a> {
         if p.tp <= 1 {
             return 0.0;
         }
-        let g = self.gpus[p.gpus[0]];
-        let link = perf::collective::Link::between(g.nvlink_bytes_per_s, g.link_bytes_per_s);
-        let hidden = self.req.model.hparams.embedding_length.unwrap_or(0) as f64;
+        let link = self.link(p);
+        let hidden = self.req.model.hparams.embedding_length.unwrap_or(0);
         perf::collective::tp_step_seconds(
             &link,
             p.tp,
             self.n_layer,
-            tokens,
+            tokens.ceil() as u64,
             hidden,
-            self.dtype.bytes() as f64,
+            self.dtype.bytes(),
         )
+    }
+
+    /// The link the group all-reduces over: NVLink on boards that have it built in, else PCIe (3.0 x16 when
+    /// neither the profile nor the probe says).
+    fn link(&self, p: &Point) -> collective::Link {
+        let g = self.gpus[p.gpus[0]];
+        match g.nvlink_bytes_per_s {
+            Some(b) => collective::Link {
+                kind: collective::LinkKind::NvLink,
+                bytes_per_s: b,
+                latency_s: collective::NCCL_NVLINK_LATENCY_S,
+            },
+            None => collective::Link {
+                kind: collective::LinkKind::Pcie,
+                bytes_per_s: g.link_bytes_per_s.unwrap_or(PCIE3_X16_BYTES_PER_S),
+                latency_s: collective::NCCL_PCIE_LATENCY_S,
+            },
+        }
     }
 
     fn settings(&self, c: &Candidate<Point>) -> (VllmSettings, PlanMemory) {
@@ -368,8 +385,11 @@ impl<'a> Vllm<'a> {
         let m = self
             .memory(p, c.size)
             .expect("a candidate's memory was evaluated before");
-        let used = m.non_kv.saturating_add(m.kv_alloc);
-        let util = utilization(used, m.cap, m.total);
+        let torch_bytes = m
+            .non_kv
+            .saturating_sub(m.nk.non_torch_bytes)
+            .saturating_add(m.kv_alloc);
+        let util = utilization(torch_bytes, m.cap, m.nk.non_torch_bytes, m.total);
         let kv_name = match p.kv {
             KvCacheDtype::Auto => "auto",
             KvCacheDtype::Fp8 => "fp8",
@@ -427,15 +447,17 @@ pub fn dtype_name(d: Dtype) -> &'static str {
     }
 }
 
-/// `--gpu-memory-utilization`: vLLM checks at start-up that `ceil(total × u)` bytes are free
-/// (vllm/v1/worker/utils.py `request_memory`); with `--kv-cache-memory-bytes` given it sizes nothing else by it.
-/// The share the plan uses, rounded up to 0.01, at most the free share rounded down.
-fn utilization(used: u64, free: u64, total: u64) -> f64 {
+/// `--gpu-memory-utilization`: vLLM checks at start-up, after its CUDA context exists, that `ceil(total × u)`
+/// bytes are free (vllm/v1/worker/utils.py `request_memory`); with `--kv-cache-memory-bytes` given it sizes
+/// nothing else by it. The share the plan's torch allocations take (everything but the non-torch memory),
+/// rounded up to 0.01, at most the share the start-up check passes: the free memory less the CUDA context,
+/// rounded down.
+fn utilization(torch_bytes: u64, free: u64, non_torch: u64, total: u64) -> f64 {
     if total == 0 {
         return 0.0;
     }
-    let need = (used as f64 / total as f64 * 100.0).ceil() / 100.0;
-    let cap = (free as f64 / total as f64 * 100.0).floor() / 100.0;
+    let need = (torch_bytes as f64 / total as f64 * 100.0).ceil() / 100.0;
+    let cap = (free.saturating_sub(non_torch) as f64 / total as f64 * 100.0).floor() / 100.0;
     need.min(cap).clamp(0.01, 1.0)
 }
 
@@ -490,10 +512,12 @@ fn quantization_method(model: &ModelSpec, cc: Option<(u32, u32)>) -> Option<(Str
             "awq_marlin",
             "quantization_config awq: vLLM runs it on the Marlin kernels (compute capability 8.0+, 4 bits)",
         ),
-        "gptq" | "awq" | "fp8" | "bitsandbytes" | "compressed-tensors" | "mxfp4" | "modelopt" => {
+        "gptq" | "awq" | "fp8" | "compressed-tensors" | "modelopt" | "mxfp4" | "fbgemm_fp8" => {
             (m.as_str(), "the checkpoint's quantization_config.quant_method")
         }
-        _ => (m.as_str(), "the checkpoint's quantization_config.quant_method"),
+        // vLLM 0.33's --quantization has no such value (bitsandbytes among them): it reads the checkpoint's
+        // quantization_config itself, so the flag is left out.
+        _ => return None,
     };
     Some((name.to_string(), why.to_string()))
 }
