@@ -303,9 +303,8 @@ pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, 
 /// `get_rope` caches instances by their parameters). Positions are `max_position_embeddings` for the default,
 /// `llama3`, `dynamic` and `longrope` types; `original_max_position × factor` for `yarn` and DeepSeek's yarn
 /// (yarn_scaling_rope.py and deepseek_scaling_rope.py `_compute_cos_sin_cache`) and `max_position × factor`
-/// for `linear` (linear_scaling_rope.py). Gemma-style models with a second (local) rope base allocate a second
-/// cache: counted when the config declares per-layer sliding windows (approximation: the local rope's length is
-/// taken equal to the global one).
+/// for `linear` (linear_scaling_rope.py). Gemma 3 builds a second rope for its local layers
+/// (`rope_local_base_freq`, models/gemma3.py): counted as a second cache of the same length (approximation).
 fn rope_cache_bytes(model: &ModelSpec, dtype: Dtype) -> Result<u64, String> {
     let h = &model.hparams;
     let Some(max_pos) = h.context_length else {
@@ -328,7 +327,7 @@ fn rope_cache_bytes(model: &ModelSpec, dtype: Dtype) -> Result<u64, String> {
     };
     let caches = if h.sliding_window_layers.iter().any(|&b| b)
         && h.sliding_window_layers.iter().any(|&b| !b)
-        && model.architecture.starts_with("gemma")
+        && model.architecture.starts_with("gemma3")
     {
         2
     } else {
