@@ -7,6 +7,8 @@
 //! Each test binary compiles this module and uses a different part of it, hence `allow(dead_code)`.
 #![allow(dead_code)]
 
+pub mod vllm_models;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
