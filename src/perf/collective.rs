@@ -129,7 +129,8 @@ pub fn ring_factor(ranks: u32) -> f64 {
 /// NVLink for the messages it accepts, vLLM's peer-to-peer kernel (see the module doc). 0 for one rank or an
 /// empty message.
 pub fn allreduce_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
-    if ranks <= 1 || !(bytes > 0.0) {
+    // NaN and non-positive sizes price nothing.
+    if ranks <= 1 || bytes.is_nan() || bytes <= 0.0 {
         return 0.0;
     }
     let traffic = ring_factor(ranks) * bytes;
