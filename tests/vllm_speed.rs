@@ -169,7 +169,8 @@ fn evaluate(set: &ProfileSet, fx: &Fixture, p: &Point) -> Row {
     let bytes = (m.weight_bytes_per_token() + m.kv_bytes_per_cell() * p.mean_context()) / ranks;
     let comm_s = if p.tp > 1 {
         let i = gpu.interconnect.as_ref().unwrap();
-        let link: Link = collective::link_between(i, i).unwrap();
+        let link: Link =
+            collective::link_between(i, i, optimizer::fleet::pcie_bytes_per_s).unwrap();
         collective::tp_step_seconds(&link, p.tp, m.layers, 1, m.hidden, m.dtype_bytes)
     } else {
         0.0
