@@ -82,25 +82,25 @@ rules:
 fn rows_of_one_kind_from_several_tables_are_merged() {
     // Regression: the planner read the first efficiency table only, so a second one was silently ignored.
     let set = valid(vec![user(
-        "efficiency-vllm",
+        "efficiency-torch",
         r#"
 kind: efficiency
-id: efficiency-vllm
+id: efficiency-torch
 rules:
-  - {id: gpu-decode-vllm, device: gpu, runtime: vllm, phase: decode, efficiency: 0.7, why: test, source: test}
+  - {id: gpu-decode-torch, device: gpu, runtime: torch, phase: decode, efficiency: 0.7, why: test, source: test}
 "#,
     )]);
     let v = set
-        .efficiency(ReserveTarget::Gpu, RuntimeId::Vllm, Phase::Decode, None)
+        .efficiency(ReserveTarget::Gpu, RuntimeId::Torch, Phase::Decode, None)
         .unwrap();
-    assert_eq!(v.id, "gpu-decode-vllm");
+    assert_eq!(v.id, "gpu-decode-torch");
     let l = set
         .efficiency(ReserveTarget::Gpu, RuntimeId::LlamaCpp, Phase::Decode, None)
         .unwrap();
     assert_eq!(l.id, "gpu-decode-llama-cpp");
-    // vLLM has no prefill row of its own and no `any` row applies: none, not llama.cpp's.
+    // torch has no prefill row of its own and no `any` row applies: none, not llama.cpp's.
     assert!(
-        set.efficiency(ReserveTarget::Gpu, RuntimeId::Vllm, Phase::Prefill, None)
+        set.efficiency(ReserveTarget::Gpu, RuntimeId::Torch, Phase::Prefill, None)
             .is_none()
     );
 }
@@ -121,7 +121,8 @@ rules:
             .map(|x| x.id.as_str())
     };
     assert_eq!(q(RuntimeId::LlamaCpp), Some("gpu-decode-llama-cpp"));
-    assert_eq!(q(RuntimeId::Vllm), Some("gpu-decode-any"));
+    assert_eq!(q(RuntimeId::Vllm), Some("gpu-decode-vllm"));
+    assert_eq!(q(RuntimeId::Torch), Some("gpu-decode-any"));
 }
 
 #[test]

@@ -95,24 +95,33 @@ pub fn nvlink_link(i: &Interconnect) -> Option<Link> {
     })
 }
 
-/// The PCIe link of a part from its generation and lanes ([`crate::fleet::pcie_bytes_per_s`], per direction).
-pub fn pcie_link(i: &Interconnect) -> Option<Link> {
-    let bytes_per_s = crate::fleet::pcie_bytes_per_s(i)?;
-    Some(Link {
+/// A PCIe link of `bytes_per_s` per direction. The rate comes from the caller (`fleet::pcie_bytes_per_s`, from
+/// the profile's generation and lanes): `perf` sits below `fleet` and may not reach it (tests/architecture.rs).
+pub fn pcie_link(bytes_per_s: f64) -> Link {
+    Link {
         kind: LinkKind::Pcie,
         bytes_per_s,
         latency_s: NCCL_PCIE_LATENCY_S,
-    })
+    }
 }
 
-/// The link between two GPUs: NVLink when both have it (the slower one's), else PCIe (the slower one's);
-/// `None` when neither profile says.
-pub fn link_between(a: &Interconnect, b: &Interconnect) -> Option<Link> {
+/// The link between two GPUs: NVLink when both have it (the slower one's), else PCIe at the slower side's
+/// `pcie_bytes_per_s` (pass `fleet::pcie_bytes_per_s`); `None` when neither is known.
+pub fn link_between(
+    a: &Interconnect,
+    b: &Interconnect,
+    pcie_bytes_per_s: impl Fn(&Interconnect) -> Option<f64>,
+) -> Option<Link> {
     let slower = |x: Option<Link>, y: Option<Link>| match (x, y) {
         (Some(x), Some(y)) => Some(if x.bytes_per_s <= y.bytes_per_s { x } else { y }),
         _ => None,
     };
-    slower(nvlink_link(a), nvlink_link(b)).or_else(|| slower(pcie_link(a), pcie_link(b)))
+    let pcie = |i: &Interconnect| {
+        pcie_bytes_per_s(i)
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map(pcie_link)
+    };
+    slower(nvlink_link(a), nvlink_link(b)).or_else(|| slower(pcie(a), pcie(b)))
 }
 
 /// The share of a message a ring all-reduce sends (and receives) per GPU: `2(n−1)/n` (reduce-scatter then
@@ -129,7 +138,8 @@ pub fn ring_factor(ranks: u32) -> f64 {
 /// NVLink for the messages it accepts, vLLM's peer-to-peer kernel (see the module doc). 0 for one rank or an
 /// empty message.
 pub fn allreduce_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
-    if ranks <= 1 || !(bytes > 0.0) {
+    // NaN and non-positive sizes price nothing.
+    if ranks <= 1 || bytes.is_nan() || bytes <= 0.0 {
         return 0.0;
     }
     let traffic = ring_factor(ranks) * bytes;
@@ -174,6 +184,16 @@ mod tests {
         }
     }
 
+    /// `fleet::pcie_bytes_per_s` for the two generations used here (16 and 32 GT/s × 128/130 × lanes / 8).
+    fn pcie_gen4_or_5(i: &Interconnect) -> Option<f64> {
+        let gt_s = match i.pcie_gen? {
+            4 => 16e9,
+            5 => 32e9,
+            _ => return None,
+        };
+        Some(gt_s * 128.0 / 130.0 * f64::from(i.pcie_lanes?) / 8.0)
+    }
+
     #[test]
     fn one_rank_or_no_bytes_costs_nothing() {
         let l = nvlink_link(&iface(5, Some(900.0))).unwrap();
@@ -188,15 +208,15 @@ mod tests {
         let h100 = iface(5, Some(900.0));
         assert_eq!(nvlink_link(&h100).unwrap().bytes_per_s, 450e9);
         let l4 = iface(4, None);
-        let p = link_between(&l4, &l4).unwrap();
+        let p = link_between(&l4, &l4, pcie_gen4_or_5).unwrap();
         assert_eq!(p.kind, LinkKind::Pcie);
         // Gen 4 x16: 16 GT/s × 128/130 × 16 lanes / 8 = 31.5 GB/s.
         assert!((p.bytes_per_s - 31.508e9).abs() < 1e7);
         // One side without NVLink: the pair talks over PCIe, at the slower side's rate.
-        let mixed = link_between(&h100, &l4).unwrap();
+        let mixed = link_between(&h100, &l4, pcie_gen4_or_5).unwrap();
         assert_eq!(mixed.kind, LinkKind::Pcie);
         assert_eq!(mixed.bytes_per_s, p.bytes_per_s);
-        assert!(link_between(&Interconnect::default(), &l4).is_none());
+        assert!(link_between(&Interconnect::default(), &l4, pcie_gen4_or_5).is_none());
     }
 
     #[test]
@@ -231,7 +251,7 @@ mod tests {
         let t = allreduce_seconds(&l, 4, bytes);
         assert!((t - (NCCL_NVLINK_LATENCY_S + 1.5 * bytes / 450e9)).abs() < 1e-12);
         // PCIe never takes the peer-to-peer path, however small the message.
-        let p = pcie_link(&iface(4, None)).unwrap();
+        let p = pcie_link(31.5e9);
         assert_eq!(
             allreduce_seconds(&p, 2, 16.0),
             NCCL_PCIE_LATENCY_S + 16.0 / p.bytes_per_s

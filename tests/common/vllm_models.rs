@@ -66,7 +66,7 @@ pub fn header_bytes(id: &str) -> Vec<u8> {
     let path = models_dir().join(id).join("header.json");
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut bytes: Vec<u8> = text.bytes().filter(|&b| b != b'\n').collect();
-    while bytes.len() % HEADER_ALIGN != 0 {
+    while !bytes.len().is_multiple_of(HEADER_ALIGN) {
         bytes.push(b' ');
     }
     bytes

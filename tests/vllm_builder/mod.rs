@@ -63,7 +63,11 @@ impl Builder {
             Pack::None => self.plain(&format!("{prefix}.weight"), &[out, inp]),
             Pack::Gptq => {
                 self.raw(&format!("{prefix}.qweight"), &[inp / 8, out], StDtype::I32);
-                self.raw(&format!("{prefix}.qzeros"), &[inp / 128, out / 8], StDtype::I32);
+                self.raw(
+                    &format!("{prefix}.qzeros"),
+                    &[inp / 128, out / 8],
+                    StDtype::I32,
+                );
                 self.raw(&format!("{prefix}.scales"), &[inp / 128, out], StDtype::F16);
                 self.raw(&format!("{prefix}.g_idx"), &[inp], StDtype::I32);
             }
@@ -94,22 +98,41 @@ pub fn build(config_json: &str, dtype: StDtype, pack: Pack) -> ModelSpec {
     let hkv = u(&c, "num_key_value_heads").unwrap_or(hq);
     let d = u(&c, "head_dim").unwrap_or(h / hq);
     let inter = u(&c, "intermediate_size").unwrap_or(0);
-    let tied = c.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false);
-    let bias = c.get("attention_bias").and_then(|x| x.as_bool()).unwrap_or(false)
+    let tied = c
+        .get("tie_word_embeddings")
+        .and_then(|x| x.as_bool())
+        .unwrap_or(false);
+    let bias = c
+        .get("attention_bias")
+        .and_then(|x| x.as_bool())
+        .unwrap_or(false)
         || c.get("model_type").and_then(|x| x.as_str()) == Some("qwen2");
-    let qk_norm = c.get("model_type").and_then(|x| x.as_str()).is_some_and(|m| m.starts_with("qwen3"));
-    let experts = u(&c, "num_local_experts").or_else(|| u(&c, "num_experts")).or_else(|| u(&c, "n_routed_experts"));
+    let qk_norm = c
+        .get("model_type")
+        .and_then(|x| x.as_str())
+        .is_some_and(|m| m.starts_with("qwen3"));
+    let experts = u(&c, "num_local_experts")
+        .or_else(|| u(&c, "num_experts"))
+        .or_else(|| u(&c, "n_routed_experts"));
     let moe_inter = u(&c, "moe_intermediate_size").unwrap_or(inter);
     let shared_inter = u(&c, "shared_expert_intermediate_size");
     let n_shared = u(&c, "n_shared_experts");
     let first_dense = u(&c, "first_k_dense_replace").unwrap_or(0);
     let kv_lora = u(&c, "kv_lora_rank");
-    let mut b = Builder { tensors: Vec::new(), dtype, pack };
+    let mut b = Builder {
+        tensors: Vec::new(),
+        dtype,
+        pack,
+    };
     b.plain("model.embed_tokens.weight", &[v, h]);
     for l in 0..n {
         let p = format!("model.layers.{l}");
         b.plain(&format!("{p}.input_layernorm.weight"), &[h]);
         b.plain(&format!("{p}.post_attention_layernorm.weight"), &[h]);
+        if c.get("model_type").and_then(|x| x.as_str()) == Some("gemma2") {
+            b.plain(&format!("{p}.pre_feedforward_layernorm.weight"), &[h]);
+            b.plain(&format!("{p}.post_feedforward_layernorm.weight"), &[h]);
+        }
         if let Some(kvr) = kv_lora {
             let nope = u(&c, "qk_nope_head_dim").unwrap();
             let rope = u(&c, "qk_rope_head_dim").unwrap();

@@ -174,11 +174,9 @@ pub fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
 }
 
 pub fn kv_capacity(available_kv_bytes: u64, kv: &Kv, p: &Params) -> KvCapacity {
-    let num_blocks = if kv.bytes_per_block == 0 {
-        0
-    } else {
-        available_kv_bytes / kv.bytes_per_block
-    };
+    let num_blocks = available_kv_bytes
+        .checked_div(kv.bytes_per_block)
+        .unwrap_or(0);
     let max_concurrency = if kv.blocks_per_request == 0 {
         0.0
     } else {

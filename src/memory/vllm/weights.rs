@@ -140,7 +140,7 @@ pub fn split_of(t: &TensorInfo) -> Option<Split> {
     if ROW.contains(&module) {
         // Row-parallel bias: added once after the all-reduce, held whole on each rank. Row-parallel
         // quantization state with a unit dimension (per-output-channel scales, one group) is not split.
-        if is_bias(&lower) || (t.role == Role::QuantState && t.shape.iter().any(|&d| d == 1)) {
+        if is_bias(&lower) || (t.role == Role::QuantState && t.shape.contains(&1)) {
             return Some(Split::Replicated);
         }
         return Some(Split::Even);
@@ -182,13 +182,13 @@ pub fn kv_heads_per_rank(kv_heads: u64, tp: u64) -> Result<u64, String> {
         ));
     }
     if tp >= kv_heads {
-        if tp % kv_heads != 0 {
+        if !tp.is_multiple_of(kv_heads) {
             return Err(format!(
                 "tensor parallel {tp} is not a multiple of the {kv_heads} KV heads (vLLM QKVParallelLinear replicates whole heads)"
             ));
         }
         Ok(1)
-    } else if kv_heads % tp != 0 {
+    } else if !kv_heads.is_multiple_of(tp) {
         Err(format!(
             "{kv_heads} KV heads do not divide evenly over tensor parallel {tp}"
         ))
@@ -244,7 +244,7 @@ pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, 
                 bytes
             }
             Split::Even => {
-                if !t.shape.iter().any(|&d| d % tp == 0) {
+                if !t.shape.iter().any(|&d| d.is_multiple_of(tp)) {
                     return Err(format!(
                         "tensor {} (shape {:?}) does not split evenly over tensor parallel {tp}",
                         t.name, t.shape
@@ -259,7 +259,7 @@ pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, 
                     .ok_or_else(|| format!("tensor {}: no vocabulary size", t.name))?;
                 let file_rows = t.shape.first().copied().unwrap_or(0).max(1);
                 let padded = pad_vocab(rows)?;
-                if padded % tp != 0 {
+                if !padded.is_multiple_of(tp) {
                     return Err(format!(
                         "padded vocabulary {padded} does not divide over tensor parallel {tp}"
                     ));
@@ -276,7 +276,7 @@ pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, 
                 let q = heads.ok_or_else(|| format!("tensor {}: no head count", t.name))?;
                 let kv = kv_heads.unwrap_or(q);
                 let per = kv_heads_per_rank(kv, tp)?;
-                if q % tp != 0 {
+                if !q.is_multiple_of(tp) {
                     return Err(format!(
                         "{q} attention heads do not divide over tensor parallel {tp}"
                     ));
@@ -303,9 +303,8 @@ pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, 
 /// `get_rope` caches instances by their parameters). Positions are `max_position_embeddings` for the default,
 /// `llama3`, `dynamic` and `longrope` types; `original_max_position × factor` for `yarn` and DeepSeek's yarn
 /// (yarn_scaling_rope.py and deepseek_scaling_rope.py `_compute_cos_sin_cache`) and `max_position × factor`
-/// for `linear` (linear_scaling_rope.py). Gemma-style models with a second (local) rope base allocate a second
-/// cache: counted when the config declares per-layer sliding windows (approximation: the local rope's length is
-/// taken equal to the global one).
+/// for `linear` (linear_scaling_rope.py). Gemma 3 builds a second rope for its local layers
+/// (`rope_local_base_freq`, models/gemma3.py): counted as a second cache of the same length (approximation).
 fn rope_cache_bytes(model: &ModelSpec, dtype: Dtype) -> Result<u64, String> {
     let h = &model.hparams;
     let Some(max_pos) = h.context_length else {
@@ -328,7 +327,7 @@ fn rope_cache_bytes(model: &ModelSpec, dtype: Dtype) -> Result<u64, String> {
     };
     let caches = if h.sliding_window_layers.iter().any(|&b| b)
         && h.sliding_window_layers.iter().any(|&b| !b)
-        && model.architecture.starts_with("gemma")
+        && model.architecture.starts_with("gemma3")
     {
         2
     } else {
@@ -354,7 +353,7 @@ fn mla_decompressed_bytes(model: &ModelSpec, tp: u64, dtype: Dtype) -> Result<u6
         .filter(|t| t.name.contains("kv_b_proj") && t.role != Role::QuantState && !is_bias(&t.name))
         .count() as u64;
     let heads = h.head_count.as_ref().map(|p| p.max()).unwrap_or(0);
-    if heads % tp != 0 {
+    if !heads.is_multiple_of(tp) {
         return Err(format!(
             "{heads} attention heads do not divide over tensor parallel {tp}"
         ));
