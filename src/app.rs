@@ -309,8 +309,12 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     }
     // One matching of devices to profiles: the store is asked about the fleet's devices, and the planner plans
     // on the same fleet.
-    let mut fleet = crate::fleet::build(&inv, &set, plan::runtime_for(&spec, workload, &req.overrides))
-        .map_err(|e| plan_failure(PlanError::Profile(e.0), &req.model, source))?;
+    let mut fleet = crate::fleet::build(
+        &inv,
+        &set,
+        plan::runtime_for(&spec, workload, &req.overrides),
+    )
+    .map_err(|e| plan_failure(PlanError::Profile(e.0), &req.model, source))?;
     fleet.nodes = nodes;
     let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
     let path = req.model.display().to_string();

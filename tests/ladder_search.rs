@@ -41,7 +41,9 @@ fn the_ladder_search_finds_the_exhaustive_optimum() {
                 {
                     continue;
                 }
-                let mut fleet = fleet::build(&inv, &set, plan::runtime_for(model, w, &Default::default())).unwrap();
+                let mut fleet =
+                    fleet::build(&inv, &set, plan::runtime_for(model, w, &Default::default()))
+                        .unwrap();
                 fleet.apply(&Evidence::default());
                 let overrides = Overrides::default();
                 let req = Request {

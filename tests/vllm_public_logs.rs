@@ -10,6 +10,7 @@
 //!   (0.09 GiB in `vllm-16570`), and no further;
 //! - tokens at the logged utilization (vLLM 0.33-era V1 logs only: V0 subtracted non-torch memory from the
 //!   budget, 0.33 does not), within 3 %.
+//!
 //! The table of per-entry errors is printed (`cargo test --test vllm_public_logs -- --nocapture`).
 
 mod vllm_builder;

@@ -26,14 +26,22 @@ fn serve_flags() -> BTreeSet<String> {
 
 /// Allowed values of the options that have a fixed set.
 fn serve_choices() -> serde_json::Value {
-    let text =
-        std::fs::read_to_string(common::fixture("vllm/serve-choices-0.33.0.json")).unwrap();
+    let text = std::fs::read_to_string(common::fixture("vllm/serve-choices-0.33.0.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
 fn resolve(model: &Path, workload: &str, hardware: &str, extra: &[&str]) -> (Deployment, i32) {
     let out = common::bin_on("cpu-server.yaml")
-        .args(["resolve", "--format", "json", "-w", workload, "--hardware", hardware, "-m"])
+        .args([
+            "resolve",
+            "--format",
+            "json",
+            "-w",
+            workload,
+            "--hardware",
+            hardware,
+            "-m",
+        ])
         .arg(model)
         .args(extra)
         .output()
@@ -123,7 +131,11 @@ fn qwen2_5_7b_on_an_a100_80gb_is_one_gpu_with_exact_weights_and_kv_blocks() {
         s.kv_cache_tokens
     );
     let conc = s.kv_cache_tokens as f64 / 8192.0;
-    assert!((s.max_concurrency - conc).abs() < 1e-3, "{} vs {conc}", s.max_concurrency);
+    assert!(
+        (s.max_concurrency - conc).abs() < 1e-3,
+        "{} vs {conc}",
+        s.max_concurrency
+    );
     // vLLM's start-up check (request_memory) needs ceil(total × utilization) bytes free once its CUDA context
     // (the non-torch memory) exists: at most the free share less that, rounded down to 0.01.
     let free_after_context = (80 * GIB - m.components.overhead_bytes) as f64 / (80 * GIB) as f64;
@@ -224,7 +236,11 @@ fn eight_h100s_split_a_70b_over_the_fewest_gpus_that_hold_it() {
     assert_eq!(64 % tp, 0);
     assert_eq!(8 % tp, 0);
     // NVLink between SXM H100s.
-    assert!(d.provenance["topology"].detail.contains("NVLink"), "{}", d.provenance["topology"].detail);
+    assert!(
+        d.provenance["topology"].detail.contains("NVLink"),
+        "{}",
+        d.provenance["topology"].detail
+    );
     // 128,256-entry vocabulary: a multiple of 64, split by rows.
     assert_eq!(spec.hparams.vocab_size, Some(128_256));
     let page = page_bytes(80, 8, 128, tp, 2);
@@ -236,14 +252,32 @@ fn eight_h100s_split_a_70b_over_the_fewest_gpus_that_hold_it() {
 fn a_gguf_with_runtime_vllm_and_a_safetensors_with_runtime_llama_cpp_are_refused() {
     let dir = vllm_models::materialize("Qwen2.5-7B");
     let out = common::bin_on("cpu-server.yaml")
-        .args(["resolve", "-w", "chat", "--hardware", "l4", "--runtime", "llama.cpp", "-m"])
+        .args([
+            "resolve",
+            "-w",
+            "chat",
+            "--hardware",
+            "l4",
+            "--runtime",
+            "llama.cpp",
+            "-m",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
     common::assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("GGUF"));
     let out = common::bin_on("cpu-server.yaml")
-        .args(["resolve", "-w", "chat", "--hardware", "l4", "--runtime", "vllm", "-m"])
+        .args([
+            "resolve",
+            "-w",
+            "chat",
+            "--hardware",
+            "l4",
+            "--runtime",
+            "vllm",
+            "-m",
+        ])
         .arg(common::fixture("gguf/llama-q4_k_m.gguf"))
         .output()
         .unwrap();

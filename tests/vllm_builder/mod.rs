@@ -206,7 +206,7 @@ pub fn build(config_json: &str, dtype: StDtype, pack: Pack) -> ModelSpec {
         b.plain("lm_head.weight", &[v, h]);
     }
     let arch = hf.model_type.clone().unwrap_or_default();
-    let spec = model::assemble(
+    model::assemble(
         Format::Safetensors,
         None,
         false,
@@ -218,8 +218,7 @@ pub fn build(config_json: &str, dtype: StDtype, pack: Pack) -> ModelSpec {
         Vec::new(),
         b.tensors,
         BTreeMap::new(),
-    );
-    spec
+    )
 }
 
 pub const GIB: f64 = (1u64 << 30) as f64;

@@ -58,7 +58,10 @@ pub fn vllm_serve(model_dir: &str, s: &VllmSettings, gpus: &[DeviceId]) -> Artif
         "--gpu-memory-utilization",
         format!("{:.2}", s.gpu_memory_utilization),
     );
-    flag("--kv-cache-memory-bytes", s.kv_cache_memory_bytes.to_string());
+    flag(
+        "--kv-cache-memory-bytes",
+        s.kv_cache_memory_bytes.to_string(),
+    );
     if s.enforce_eager {
         a.push("--enforce-eager".into());
     }

@@ -275,11 +275,9 @@ impl<'a> Vllm<'a> {
         let room = cap.saturating_sub(reserve);
         let left = room.saturating_sub(non_kv);
         // Whole blocks only: vLLM divides the bytes by the page size.
-        let kv_alloc = if kv.bytes_per_block > 0 {
-            left / kv.bytes_per_block * kv.bytes_per_block
-        } else {
-            0
-        };
+        let kv_alloc = left
+            .checked_div(kv.bytes_per_block)
+            .map_or(0, |blocks| blocks * kv.bytes_per_block);
         let overflow = non_kv.saturating_add(needed).saturating_sub(room);
         let capacity = mem::kv_capacity(kv_alloc, &kv, &params);
         Ok(PlanMemory {
@@ -512,9 +510,10 @@ fn quantization_method(model: &ModelSpec, cc: Option<(u32, u32)>) -> Option<(Str
             "awq_marlin",
             "quantization_config awq: vLLM runs it on the Marlin kernels (compute capability 8.0+, 4 bits)",
         ),
-        "gptq" | "awq" | "fp8" | "compressed-tensors" | "modelopt" | "mxfp4" | "fbgemm_fp8" => {
-            (m.as_str(), "the checkpoint's quantization_config.quant_method")
-        }
+        "gptq" | "awq" | "fp8" | "compressed-tensors" | "modelopt" | "mxfp4" | "fbgemm_fp8" => (
+            m.as_str(),
+            "the checkpoint's quantization_config.quant_method",
+        ),
         // vLLM 0.33's --quantization has no such value (bitsandbytes among them): it reads the checkpoint's
         // quantization_config itself, so the flag is left out.
         _ => return None,
@@ -536,10 +535,7 @@ fn kv_types(
         let t = match n.to_lowercase().as_str() {
             "f16" | "bf16" | "f32" | "auto" => Some((
                 KvCacheDtype::Auto,
-                format!(
-                    "workload {} lists {n}: vLLM's auto, the model dtype",
-                    w.id
-                ),
+                format!("workload {} lists {n}: vLLM's auto, the model dtype", w.id),
             )),
             "q8_0" | "fp8" | "fp8_e4m3" if fp8_ok => Some((
                 KvCacheDtype::Fp8,
@@ -572,13 +568,19 @@ fn kv_types(
 /// heads divisible by it or it by them (vLLM replicates KV heads when there are fewer than ranks:
 /// vllm/model_executor/layers/linear.py `QKVParallelLinear`; vllm/config/model.py
 /// `verify_with_parallel_config`: "Total number of attention heads must be divisible by tensor parallel size").
-fn tp_sizes(model: &ModelSpec, n: u32, pinned: Option<u32>) -> Result<(Vec<u32>, String), PlanError> {
+fn tp_sizes(
+    model: &ModelSpec,
+    n: u32,
+    pinned: Option<u32>,
+) -> Result<(Vec<u32>, String), PlanError> {
     let h = &model.hparams;
     let heads = h.head_count.as_ref().map_or(0, |x| x.max());
     let kv = h.head_count_kv.as_ref().map_or(heads, |x| x.max());
     let ok = |tp: u32| {
         let t = u64::from(tp);
-        heads > 0 && heads % t == 0 && (kv == 0 || kv % t == 0 || t % kv == 0)
+        heads > 0
+            && heads.is_multiple_of(t)
+            && (kv == 0 || kv.is_multiple_of(t) || t.is_multiple_of(kv))
     };
     if let Some(tp) = pinned {
         if tp == 0 || tp > n {
@@ -1032,7 +1034,13 @@ impl Vllm<'_> {
                 format!(
                     "CUDA graphs ({:.2} GiB) do not fit beside the KV cache the workload needs; eager mode launches each kernel from Python, about {:.1} ms more per decode step (heuristic: {} µs per block)",
                     gib(self
-                        .memory(&Point { enforce_eager: false, ..p.clone() }, c.size)
+                        .memory(
+                            &Point {
+                                enforce_eager: false,
+                                ..p.clone()
+                            },
+                            c.size
+                        )
                         .map_or(0, |m| m.nk.cuda_graph_bytes)),
                     EAGER_LAUNCH_PER_LAYER_S * f64::from(self.n_layer) * 1e3,
                     EAGER_LAUNCH_PER_LAYER_S * 1e6
@@ -1053,7 +1061,11 @@ impl Vllm<'_> {
         );
         for (k, why) in &self.kv_types {
             if *k == p.kv {
-                put("settings.kv_cache_dtype.allowed", Source::Profile, why.clone());
+                put(
+                    "settings.kv_cache_dtype.allowed",
+                    Source::Profile,
+                    why.clone(),
+                );
             }
         }
         let gpu_ids: Vec<String> = p
