@@ -251,38 +251,26 @@ fn eight_h100s_split_a_70b_over_the_fewest_gpus_that_hold_it() {
 #[test]
 fn a_gguf_with_runtime_vllm_and_a_safetensors_with_runtime_llama_cpp_are_refused() {
     let dir = vllm_models::materialize("Qwen2.5-7B");
-    let out = common::bin_on("cpu-server.yaml")
-        .args([
-            "resolve",
-            "-w",
-            "chat",
-            "--hardware",
-            "l4",
-            "--runtime",
-            "llama.cpp",
-            "-m",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    common::assert_exit(&out, 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("GGUF"));
-    let out = common::bin_on("cpu-server.yaml")
-        .args([
-            "resolve",
-            "-w",
-            "chat",
-            "--hardware",
-            "l4",
-            "--runtime",
-            "vllm",
-            "-m",
-        ])
-        .arg(common::fixture("gguf/llama-q4_k_m.gguf"))
-        .output()
-        .unwrap();
-    common::assert_exit(&out, 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("llama.cpp"));
+    let refusal = |runtime: &str, model: &Path| {
+        let out = common::bin_on("cpu-server.yaml")
+            .args([
+                "resolve",
+                "-w",
+                "chat",
+                "--hardware",
+                "l4",
+                "--runtime",
+                runtime,
+                "-m",
+            ])
+            .arg(model)
+            .output()
+            .unwrap();
+        common::assert_exit(&out, 2);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(refusal("llama.cpp", dir.path()).contains("GGUF"));
+    assert!(refusal("vllm", &common::fixture("gguf/llama-q4_k_m.gguf")).contains("llama.cpp"));
 }
 
 #[test]

@@ -14,12 +14,12 @@ pub mod vllm;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::emit::{Artifact, MemoryDevice, Provenance, Settings, Topology};
+use crate::emit::{Artifact, MemoryDevice, Provenance, Settings, Source, Topology};
 use crate::fleet::Fleet;
 use crate::model::ModelSpec;
 use crate::perf;
 pub use crate::profile::RuntimeId;
-use crate::profile::{Objective, ProfileSet, WorkloadProfile};
+use crate::profile::{ContextPolicy, Mode, Objective, ProfileSet, WorkloadProfile};
 
 /// Values the user pins; everything else is re-optimised around them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,6 +60,88 @@ pub enum PlanError {
     /// A pinned value or workload number the planner cannot use (exit 2).
     #[error("{0}")]
     Usage(String),
+}
+
+/// A serving runtime's refusal of training and fine-tuning workloads.
+pub(crate) fn serving_only(w: &WorkloadProfile) -> Result<(), PlanError> {
+    match w.mode {
+        Mode::Training => Err(PlanError::UnsupportedMode(w.id.clone(), "training")),
+        Mode::FineTune => Err(PlanError::UnsupportedMode(w.id.clone(), "fine-tune")),
+        Mode::Inference | Mode::Embedding => Ok(()),
+    }
+}
+
+/// Sequences served together: `--parallel`, else the workload's concurrency. `zero` is the runtime's refusal of
+/// `--parallel 0` (which server flag would refuse it).
+pub(crate) fn sequences(w: &WorkloadProfile, ov: &Overrides, zero: &str) -> Result<u32, PlanError> {
+    match ov.parallel {
+        Some(0) => Err(PlanError::Usage(format!(
+            "--parallel 0: at least one sequence ({zero})"
+        ))),
+        Some(p) => Ok(p),
+        None => u32::try_from(w.concurrency)
+            .ok()
+            .filter(|&c| c >= 1)
+            .ok_or_else(|| {
+                PlanError::Usage(format!(
+                    "workload {}: concurrency {} is outside 1..={}",
+                    w.id,
+                    w.concurrency,
+                    u32::MAX
+                ))
+            }),
+    }
+}
+
+/// The size knob of a serving runtime, the tokens per sequence: pinned by `-c`, else the workload's context
+/// policy capped by the model's trained context, in steps of `step` when the largest that fits is searched.
+pub(crate) fn context_size(ov: &Overrides, w: &WorkloadProfile, trained: u32, step: u32) -> Size {
+    match (ov.context_length, &w.context) {
+        (Some(c), _) => Size::Fixed(c),
+        (None, ContextPolicy::Fixed { tokens }) => {
+            Size::Fixed((*tokens).min(u64::from(trained)) as u32)
+        }
+        (None, ContextPolicy::ModelMax) => Size::Fixed(trained),
+        (None, ContextPolicy::LargestFit { floor }) => Size::LargestFit {
+            floor: (*floor).min(u64::from(trained)) as u32,
+            max: trained,
+            step,
+        },
+    }
+}
+
+/// Where the tokens per sequence came from, for the provenance of [`context_size`]'s value; `memory_model`
+/// names the model that found the largest fit.
+pub(crate) fn context_provenance(
+    ov: &Overrides,
+    w: &WorkloadProfile,
+    trained: u32,
+    memory_model: &str,
+) -> (Source, String) {
+    match (ov.context_length, &w.context) {
+        (Some(c), _) => (Source::User, format!("-c {c} tokens per sequence")),
+        (None, ContextPolicy::Fixed { tokens }) => (
+            Source::Profile,
+            format!(
+                "workload {}: fixed {tokens} tokens per sequence (model trains {trained})",
+                w.id
+            ),
+        ),
+        (None, ContextPolicy::ModelMax) => (
+            Source::Profile,
+            format!(
+                "workload {}: the model's trained context per sequence",
+                w.id
+            ),
+        ),
+        (None, ContextPolicy::LargestFit { floor }) => (
+            Source::Computed,
+            format!(
+                "workload {}: the largest context per sequence that fits (floor {floor}), by the {memory_model} memory model",
+                w.id
+            ),
+        ),
+    }
 }
 
 /// What a runtime plans from.

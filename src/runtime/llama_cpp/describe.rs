@@ -8,7 +8,6 @@ use crate::emit::{Provenance, Settings, Source, Stage, Strategy, Topology};
 use crate::fleet::DeviceId;
 use crate::memory::llama_cpp;
 use crate::model::GgmlType;
-use crate::profile::ContextPolicy;
 use crate::runtime::{Candidate, Described, Runtime};
 
 impl LlamaCpp<'_> {
@@ -25,30 +24,7 @@ impl LlamaCpp<'_> {
             prov.insert(k.to_string(), Provenance { source, detail });
         };
         let ov = self.req.overrides;
-        let per_seq = match (ov.context_length, &w.context) {
-            (Some(c), _) => (Source::User, format!("-c {c} tokens per sequence")),
-            (None, ContextPolicy::Fixed { tokens }) => (
-                Source::Profile,
-                format!(
-                    "workload {}: fixed {tokens} tokens per sequence (model trains {})",
-                    w.id, self.n_ctx_train
-                ),
-            ),
-            (None, ContextPolicy::ModelMax) => (
-                Source::Profile,
-                format!(
-                    "workload {}: the model's trained context per sequence",
-                    w.id
-                ),
-            ),
-            (None, ContextPolicy::LargestFit { floor }) => (
-                Source::Computed,
-                format!(
-                    "workload {}: the largest context per sequence that fits (floor {floor}), by the llama.cpp memory model",
-                    w.id
-                ),
-            ),
-        };
+        let per_seq = crate::runtime::context_provenance(ov, w, self.n_ctx_train, "llama.cpp");
         put("settings.context_per_sequence", per_seq.0, per_seq.1);
         put(
             "settings.context_length",

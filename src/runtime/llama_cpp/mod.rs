@@ -21,9 +21,7 @@ use crate::fleet::{DeviceId, DeviceKind, FleetGpu, PCIE3_X16_BYTES_PER_S};
 use crate::memory::llama_cpp::{self, CACHE_TYPES, FlashAttn, GpuTarget, Machine, Params};
 use crate::model::{Format, GgmlType, ModelSpec};
 use crate::perf::{self, DeviceLoad, DevicePerf, Shape};
-use crate::profile::{
-    AttentionKernel, ContextPolicy, Mode, Objective, ProfileSet, WorkloadProfile,
-};
+use crate::profile::{AttentionKernel, ContextPolicy, Objective, ProfileSet, WorkloadProfile};
 
 /// Longest context per sequence: the whole `-c` is an `int32_t` in llama.cpp (and positions are `llama_pos`,
 /// int32), so one sequence cannot hold more either. A total over slots above it (a saturated product included)
@@ -112,16 +110,7 @@ impl<'a> LlamaCpp<'a> {
     /// llama.cpp for this request, or why it cannot plan it.
     pub fn new(req: &'a Request<'a>) -> Result<LlamaCpp<'a>, PlanError> {
         let (model, w, set, fleet) = (req.model, req.workload, req.profiles, req.fleet);
-        if matches!(w.mode, Mode::FineTune | Mode::Training) {
-            return Err(PlanError::UnsupportedMode(
-                w.id.clone(),
-                if w.mode == Mode::Training {
-                    "training"
-                } else {
-                    "fine-tune"
-                },
-            ));
-        }
+        super::serving_only(w)?;
         if model.format != Format::Gguf {
             return Err(PlanError::UnsupportedFormat(format!(
                 "a {} checkpoint: llama.cpp serves GGUF files; plan it with vLLM (--runtime vllm), or convert it to GGUF (llama.cpp's convert_hf_to_gguf.py)",
@@ -144,25 +133,7 @@ impl<'a> LlamaCpp<'a> {
                 "-c {c}: the context per sequence must be between 1 and {MAX_CONTEXT_PER_SEQUENCE} tokens (llama.cpp positions are int32)"
             )));
         }
-        if ov.parallel == Some(0) {
-            return Err(PlanError::Usage(
-                "--parallel 0: at least one sequence (llama-server refuses -np 0)".into(),
-            ));
-        }
-        let n_par = match ov.parallel {
-            Some(p) => p,
-            None => u32::try_from(w.concurrency)
-                .ok()
-                .filter(|&c| c >= 1)
-                .ok_or_else(|| {
-                    PlanError::Usage(format!(
-                        "workload {}: concurrency {} is outside 1..={}",
-                        w.id,
-                        w.concurrency,
-                        u32::MAX
-                    ))
-                })?,
-        };
+        let n_par = super::sequences(w, ov, "llama-server refuses -np 0")?;
         let mut warnings = Vec::new();
         if let Some(ngl) = ov.gpu_layers
             && ngl > n_layer + 1
@@ -537,20 +508,12 @@ impl Runtime for LlamaCpp<'_> {
     }
 
     fn size(&self) -> Size {
-        let w = self.workload();
-        let t = self.n_ctx_train;
-        match (self.req.overrides.context_length, &w.context) {
-            (Some(c), _) => Size::Fixed(c),
-            (None, ContextPolicy::Fixed { tokens }) => {
-                Size::Fixed((*tokens).min(u64::from(t)) as u32)
-            }
-            (None, ContextPolicy::ModelMax) => Size::Fixed(t),
-            (None, ContextPolicy::LargestFit { floor }) => Size::LargestFit {
-                floor: (*floor).min(u64::from(t)) as u32,
-                max: t,
-                step: CTX_STEP,
-            },
-        }
+        super::context_size(
+            self.req.overrides,
+            self.workload(),
+            self.n_ctx_train,
+            CTX_STEP,
+        )
     }
 
     fn evaluate(&self, p: &Point, ctx_seq: u32) -> Result<Eval, String> {

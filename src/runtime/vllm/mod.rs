@@ -28,7 +28,7 @@ use crate::fleet::{DeviceKind, FleetGpu, PCIE3_X16_BYTES_PER_S};
 use crate::memory::vllm::{self as mem, Dtype, KvCacheDtype};
 use crate::model::{Format, ModelSpec, Role};
 use crate::perf::{self, DeviceLoad, Shape, collective};
-use crate::profile::{ContextPolicy, Mode, Objective, WorkloadProfile};
+use crate::profile::{Objective, WorkloadProfile};
 
 use std::collections::BTreeMap;
 
@@ -104,16 +104,7 @@ impl<'a> Vllm<'a> {
     /// vLLM for this request, or why it cannot plan it.
     pub fn new(req: &'a Request<'a>) -> Result<Vllm<'a>, PlanError> {
         let (model, w, fleet) = (req.model, req.workload, req.fleet);
-        if matches!(w.mode, Mode::FineTune | Mode::Training) {
-            return Err(PlanError::UnsupportedMode(
-                w.id.clone(),
-                if w.mode == Mode::Training {
-                    "training"
-                } else {
-                    "fine-tune"
-                },
-            ));
-        }
+        super::serving_only(w)?;
         if model.format != Format::Safetensors {
             return Err(PlanError::UnsupportedFormat(
                 "a GGUF file: vLLM plans cover safetensors checkpoints (vLLM's GGUF loader is experimental and not modelled); plan it with llama.cpp (the default for GGUF)".into(),
@@ -143,25 +134,7 @@ impl<'a> Vllm<'a> {
                 "-c {c}: --max-model-len must be between 1 and {MAX_MODEL_LEN}"
             )));
         }
-        if ov.parallel == Some(0) {
-            return Err(PlanError::Usage(
-                "--parallel 0: at least one sequence (vllm serve refuses --max-num-seqs 0)".into(),
-            ));
-        }
-        let concurrency = match ov.parallel {
-            Some(p) => p,
-            None => u32::try_from(w.concurrency)
-                .ok()
-                .filter(|&c| c >= 1)
-                .ok_or_else(|| {
-                    PlanError::Usage(format!(
-                        "workload {}: concurrency {} is outside 1..={}",
-                        w.id,
-                        w.concurrency,
-                        u32::MAX
-                    ))
-                })?,
-        };
+        let concurrency = super::sequences(w, ov, "vllm serve refuses --max-num-seqs 0")?;
         let mut warnings = Vec::new();
         for g in fleet.gpus.iter().filter(|g| g.id.kind != DeviceKind::Cuda) {
             warnings.push(format!(
@@ -187,7 +160,7 @@ impl<'a> Vllm<'a> {
         let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
         let (dtype, dtype_why) = choose_dtype(model, cc);
         let quantization = quantization_method(model, cc);
-        let kv_types = kv_types(w, cc, model);
+        let kv_types = kv_types(w, cc);
         let (tp_sizes, tp_why) = tp_sizes(model, gpus.len() as u32, ov.tensor_parallel)?;
         let (max_num_batched_tokens, batched_why) = batched_tokens(gpus[0]);
         Ok(Vllm {
@@ -524,11 +497,7 @@ fn quantization_method(model: &ModelSpec, cc: Option<(u32, u32)>) -> Option<(Str
 /// KV cache dtypes the workload allows, in its order: its 16-bit types are vLLM's `auto` (the model dtype), an
 /// 8-bit type (`q8_0`, `fp8`) is vLLM's `fp8` (e4m3) where the GPU has FP8 (compute capability 8.9+: Ada,
 /// Hopper, Blackwell). Other types have no vLLM counterpart and are skipped.
-fn kv_types(
-    w: &WorkloadProfile,
-    cc: Option<(u32, u32)>,
-    _model: &ModelSpec,
-) -> Vec<(KvCacheDtype, String)> {
+fn kv_types(w: &WorkloadProfile, cc: Option<(u32, u32)>) -> Vec<(KvCacheDtype, String)> {
     let fp8_ok = cc.is_some_and(|c| c >= (8, 9));
     let mut out: Vec<(KvCacheDtype, String)> = Vec::new();
     for n in &w.precision.kv_cache {
@@ -635,7 +604,7 @@ fn batched_tokens(g: &FleetGpu) -> (u32, String) {
 /// filtered by each backend's `supports_compute_capability` and KV dtype).
 fn attention_backend(model: &ModelSpec, cc: Option<(u32, u32)>, kv: KvCacheDtype) -> &'static str {
     let mla = model.hparams.kv_lora_rank.unwrap_or(0) > 0;
-    let (major, minor) = cc.unwrap_or((0, 0));
+    let major = cc.map_or(0, |c| c.0);
     match (mla, major) {
         (true, 10) => "FLASHINFER_MLA",
         (true, 12) => "TRITON_MLA",
@@ -645,10 +614,7 @@ fn attention_backend(model: &ModelSpec, cc: Option<(u32, u32)>, kv: KvCacheDtype
         // FlashAttention 2 (Ampere, Ada) has no FP8 KV cache; FlashInfer takes it.
         (false, 8) if kv == KvCacheDtype::Fp8 => "FLASHINFER",
         (false, m) if m >= 8 => "FLASH_ATTN",
-        _ => {
-            let _ = minor;
-            "TRITON_ATTN"
-        }
+        _ => "TRITON_ATTN",
     }
 }
 
@@ -691,20 +657,12 @@ impl Runtime for Vllm<'_> {
     }
 
     fn size(&self) -> Size {
-        let w = self.workload();
-        let t = self.n_ctx_train;
-        match (self.req.overrides.context_length, &w.context) {
-            (Some(c), _) => Size::Fixed(c),
-            (None, ContextPolicy::Fixed { tokens }) => {
-                Size::Fixed((*tokens).min(u64::from(t)) as u32)
-            }
-            (None, ContextPolicy::ModelMax) => Size::Fixed(t),
-            (None, ContextPolicy::LargestFit { floor }) => Size::LargestFit {
-                floor: (*floor).min(u64::from(t)) as u32,
-                max: t,
-                step: mem::DEFAULT_BLOCK_SIZE,
-            },
-        }
+        super::context_size(
+            self.req.overrides,
+            self.workload(),
+            self.n_ctx_train,
+            mem::DEFAULT_BLOCK_SIZE,
+        )
     }
 
     fn evaluate(&self, p: &Point, len: u32) -> Result<Eval, String> {
@@ -753,11 +711,10 @@ impl Runtime for Vllm<'_> {
         let prompt = w.prompt_tokens.max(1) as f64;
         let prefill_s = prompt / pred.prefill_tokens_per_s.max(f64::MIN_POSITIVE)
             + self.comm_seconds(p, prompt);
-        let first_step = step;
         pred.time_per_output_token_ms = step * 1e3;
         pred.decode_tokens_per_s = n / step * f64::from(p.replicas);
         pred.prefill_tokens_per_s = prompt / prefill_s * f64::from(p.replicas);
-        pred.time_to_first_token_ms = (prefill_s + first_step) * 1e3;
+        pred.time_to_first_token_ms = (prefill_s + step) * 1e3;
         let knee = perf::decode_knee(&gperf, &load);
         let mut notes = Vec::new();
         if m.overflow == 0 && m.capacity.tokens < u64::from(len) {
@@ -947,27 +904,7 @@ impl Vllm<'_> {
         if let Some((_, why)) = &self.quantization {
             put("settings.quantization", Source::Computed, why.clone());
         }
-        let per_seq = match (ov.context_length, &w.context) {
-            (Some(c), _) => (Source::User, format!("-c {c}")),
-            (None, ContextPolicy::Fixed { tokens }) => (
-                Source::Profile,
-                format!(
-                    "workload {}: fixed {tokens} tokens per sequence (model: {})",
-                    w.id, self.n_ctx_train
-                ),
-            ),
-            (None, ContextPolicy::ModelMax) => (
-                Source::Profile,
-                format!("workload {}: the model's max_position_embeddings", w.id),
-            ),
-            (None, ContextPolicy::LargestFit { floor }) => (
-                Source::Computed,
-                format!(
-                    "workload {}: the largest length that fits (floor {floor}), by the vLLM memory model",
-                    w.id
-                ),
-            ),
-        };
+        let per_seq = super::context_provenance(ov, w, self.n_ctx_train, "vLLM");
         put("settings.max_model_len", per_seq.0, per_seq.1);
         put(
             "settings.max_num_seqs",
