@@ -314,7 +314,14 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         &set,
         plan::runtime_for(&spec, workload, &req.overrides),
     )
-    .map_err(|e| plan_failure(PlanError::Profile(e.0), &req.model, source))?;
+    .map_err(|e| {
+        plan_failure(
+            PlanError::Profile(e.0),
+            &req.model,
+            source,
+            crate::profile::RuntimeId::Any,
+        )
+    })?;
     fleet.nodes = nodes;
     let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
     let path = req.model.display().to_string();
@@ -328,7 +335,8 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         evidence: &evidence,
         overrides: &req.overrides,
     };
-    plan::resolve_fleet(&inputs, fleet).map_err(|e| plan_failure(e, &req.model, source))
+    let runtime = fleet.runtime;
+    plan::resolve_fleet(&inputs, fleet).map_err(|e| plan_failure(e, &req.model, source, runtime))
 }
 
 /// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).
@@ -414,7 +422,12 @@ fn with_profiled_gpus(
 
 /// The exit code and message of a planner refusal: defects of the model or the inventory are invalid input (4)
 /// naming the file; what the user asked for is a usage error (2).
-fn plan_failure(e: PlanError, model: &Path, hardware_source: &str) -> Failure {
+fn plan_failure(
+    e: PlanError,
+    model: &Path,
+    hardware_source: &str,
+    runtime: crate::profile::RuntimeId,
+) -> Failure {
     match e {
         PlanError::Model(_) => Failure::new(
             exit::INVALID_INPUT,
@@ -431,9 +444,15 @@ fn plan_failure(e: PlanError, model: &Path, hardware_source: &str) -> Failure {
             anyhow::anyhow!("{hardware_source}: {e}"),
         ),
         PlanError::UnsupportedFormat(_) => {
-            Failure::new(exit::USAGE, anyhow::anyhow!("{}: {e}", model.display())).hint(
-                "convert it to GGUF with llama.cpp's convert_hf_to_gguf.py, then resolve the .gguf",
-            )
+            let f = Failure::new(exit::USAGE, anyhow::anyhow!("{}: {e}", model.display()));
+            // Only a serving refusal has a conversion for a way out; a training refusal says its own.
+            if runtime == crate::profile::RuntimeId::Torch {
+                f
+            } else {
+                f.hint(
+                    "convert it to GGUF with llama.cpp's convert_hf_to_gguf.py, then resolve the .gguf",
+                )
+            }
         }
         PlanError::UnsupportedMode(..) | PlanError::Usage(_) => Failure::new(exit::USAGE, e),
     }

@@ -25,6 +25,7 @@ pub enum RawRuntime {
     #[value(name = "llama.cpp")]
     LlamaCpp,
     Vllm,
+    Torch,
 }
 
 #[derive(Debug, Args)]
@@ -55,7 +56,8 @@ pub struct RawResolve {
     /// Pin the parallel sequences (llama-server slots), at least 1.
     #[arg(long)]
     parallel: Option<u32>,
-    /// The engine to plan for: llama.cpp (GGUF) or vllm (safetensors). By default the model's format decides.
+    /// The engine to plan for: llama.cpp (GGUF) or vllm (safetensors) to serve, torch to train. By default
+    /// training and fine-tuning workloads go to torch and serving workloads follow the model's format.
     #[arg(long, value_enum)]
     runtime: Option<RawRuntime>,
     /// Pin vLLM's tensor-parallel size (GPUs one replica splits every layer over).
@@ -113,6 +115,7 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 runtime: raw.runtime.map(|r| match r {
                     RawRuntime::LlamaCpp => crate::profile::RuntimeId::LlamaCpp,
                     RawRuntime::Vllm => crate::profile::RuntimeId::Vllm,
+                    RawRuntime::Torch => crate::profile::RuntimeId::Torch,
                 }),
                 tensor_parallel: raw.tensor_parallel,
             },
@@ -199,17 +202,63 @@ fn explain(d: &Deployment) -> String {
             );
             s.max_num_seqs
         }
+        crate::emit::Settings::Torch(s) => {
+            let _ = writeln!(
+                o,
+                "{verb} for workload {}: {} training in {} on {devices} ({} process(es){}{}), micro-batch {} x {} tokens, {} accumulation step(s) to {} sequences per step, gradient checkpointing {}, {}, attention {} ({}).",
+                d.workload.preset,
+                s.method,
+                s.precision,
+                s.data_parallel,
+                match s.zero_stage {
+                    0 => String::new(),
+                    z => format!(", DeepSpeed ZeRO-{z}"),
+                },
+                if s.offload != "none" {
+                    format!(", {} offloaded to the CPU", s.offload)
+                } else {
+                    String::new()
+                },
+                s.micro_batch,
+                s.sequence_length,
+                s.gradient_accumulation_steps,
+                s.global_batch,
+                if s.gradient_checkpointing {
+                    "on"
+                } else {
+                    "off"
+                },
+                s.optimizer,
+                s.attn_implementation,
+                s.attention_kernel
+            );
+            if let Some(t) = &d.performance.training {
+                let _ = writeln!(
+                    o,
+                    "Predicted ({:?}): {:.0} tokens/s trained, {:.1} s per optimizer step ({:.1} ms of it communication), {:.2e} FLOPs per token at efficiency {:.2}.",
+                    d.performance.basis,
+                    t.tokens_per_s,
+                    t.step_time_ms / 1e3,
+                    t.communication_ms,
+                    t.flops_per_token,
+                    t.efficiency
+                );
+            }
+            0
+        }
     };
-    let _ = writeln!(
-        o,
-        "Predicted ({:?}): {:.1} ms to first token, {:.1} ms per output token, {:.1} tokens/s decode over {} sequences, {:.0} tokens/s prefill.",
-        d.performance.basis,
-        d.performance.time_to_first_token_ms,
-        d.performance.time_per_output_token_ms,
-        d.performance.decode_tokens_per_s,
-        sequences,
-        d.performance.prefill_tokens_per_s
-    );
+    if d.performance.training.is_none() {
+        let _ = writeln!(
+            o,
+            "Predicted ({:?}): {:.1} ms to first token, {:.1} ms per output token, {:.1} tokens/s decode over {} sequences, {:.0} tokens/s prefill.",
+            d.performance.basis,
+            d.performance.time_to_first_token_ms,
+            d.performance.time_per_output_token_ms,
+            d.performance.decode_tokens_per_s,
+            sequences,
+            d.performance.prefill_tokens_per_s
+        );
+    }
     for c in &d.performance.sla {
         let _ = writeln!(
             o,
@@ -252,6 +301,22 @@ fn explain(d: &Deployment) -> String {
                     s.max_model_len,
                     s.max_num_seqs,
                     if s.enforce_eager { ", eager" } else { "" },
+                    a.why
+                );
+            }
+            crate::emit::Settings::Torch(s) => {
+                let _ = writeln!(
+                    o,
+                    "Also considered {} ZeRO-{} (offload {}), micro-batch {}, checkpointing {}: {}.",
+                    s.method,
+                    s.zero_stage,
+                    s.offload,
+                    s.micro_batch,
+                    if s.gradient_checkpointing {
+                        "on"
+                    } else {
+                        "off"
+                    },
                     a.why
                 );
             }

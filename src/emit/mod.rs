@@ -197,6 +197,57 @@ pub struct VllmSettings {
     pub attention_backend: String,
 }
 
+/// PyTorch training settings (Hugging Face `Trainer`, PEFT, bitsandbytes, DeepSpeed) and what they mean. Byte
+/// figures are per GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TorchSettings {
+    /// `full`, `lora` or `qlora`.
+    pub method: String,
+    /// Compute precision: `bf16` (TrainingArguments `bf16`), `fp16` (`fp16`, with dynamic loss scaling) or
+    /// `fp32`.
+    pub precision: String,
+    /// `tf32`: TF32 tensor cores for FP32 matmuls.
+    pub tf32: bool,
+    /// `attn_implementation` the model is loaded with.
+    pub attn_implementation: String,
+    /// The kernel that implementation is predicted to dispatch to on these GPUs.
+    pub attention_kernel: String,
+    /// `per_device_train_batch_size`: sequences per GPU per forward/backward pass.
+    pub micro_batch: u32,
+    /// `gradient_accumulation_steps`.
+    pub gradient_accumulation_steps: u32,
+    /// Sequences per optimizer step over all GPUs: micro-batch x accumulation x data-parallel processes.
+    pub global_batch: u32,
+    /// Tokens per training sequence.
+    pub sequence_length: u32,
+    /// `gradient_checkpointing` (one checkpoint per decoder layer, non-reentrant).
+    pub gradient_checkpointing: bool,
+    /// `optim` (TrainingArguments' optimizer name).
+    pub optimizer: String,
+    /// Training processes (one per GPU) over all nodes.
+    pub data_parallel: u32,
+    /// DeepSpeed ZeRO stage; 0: no DeepSpeed (plain data parallelism).
+    pub zero_stage: u32,
+    /// What ZeRO offloads to the CPU: `none`, `optimizer` or `optimizer+parameters`.
+    pub offload: String,
+    /// `torch_compile`.
+    pub torch_compile: bool,
+    /// Parameters the optimizer updates.
+    pub trainable_parameters: u64,
+    /// LoRA rank, alpha, dropout and target modules (LoRA and QLoRA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_alpha: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_dropout: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora_target_modules: Vec<String>,
+    /// Quantization of the frozen base (`nf4` with double quantization for QLoRA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_quantization: Option<String>,
+}
+
 /// The runtime's settings, tagged by runtime.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "runtime")]
@@ -205,6 +256,8 @@ pub enum Settings {
     LlamaCpp(LlamaCppSettings),
     #[serde(rename = "vllm")]
     Vllm(VllmSettings),
+    #[serde(rename = "torch")]
+    Torch(TorchSettings),
 }
 
 impl Settings {
@@ -212,7 +265,7 @@ impl Settings {
     pub fn llama_cpp(&self) -> Option<&LlamaCppSettings> {
         match self {
             Settings::LlamaCpp(s) => Some(s),
-            Settings::Vllm(_) => None,
+            Settings::Vllm(_) | Settings::Torch(_) => None,
         }
     }
 
@@ -220,7 +273,15 @@ impl Settings {
     pub fn vllm(&self) -> Option<&VllmSettings> {
         match self {
             Settings::Vllm(s) => Some(s),
-            Settings::LlamaCpp(_) => None,
+            Settings::LlamaCpp(_) | Settings::Torch(_) => None,
+        }
+    }
+
+    /// The training settings, when the plan is torch's.
+    pub fn torch(&self) -> Option<&TorchSettings> {
+        match self {
+            Settings::Torch(s) => Some(s),
+            Settings::LlamaCpp(_) | Settings::Vllm(_) => None,
         }
     }
 }
@@ -269,6 +330,26 @@ pub struct MemoryPlan {
     pub devices: Vec<MemoryDevice>,
 }
 
+/// A training plan's speed: one optimizer step over all GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingPerformance {
+    /// Tokens trained per second over all GPUs.
+    pub tokens_per_s: f64,
+    /// Sequences per second over all GPUs.
+    pub samples_per_s: f64,
+    /// One optimizer step: every micro-batch's forward and backward, the gradient exchange and the update.
+    pub step_time_ms: f64,
+    /// Of which communication between GPUs (not overlapped with compute in the model) and host transfers.
+    pub communication_ms: f64,
+    /// FLOPs per trained token (forward, backward, recomputation).
+    pub flops_per_token: f64,
+    /// The model FLOPs utilization the prediction assumes (the efficiency rule's or the store's value).
+    pub efficiency: f64,
+}
+
+/// Serving figures are per the workload's prompts and generated tokens; a training plan generates none, so
+/// its `prefill_tokens_per_s` is the trained tokens per second and the other serving figures are 0, its own
+/// figures being in `training`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Performance {
     pub prefill_tokens_per_s: f64,
@@ -283,6 +364,9 @@ pub struct Performance {
     pub score: f64,
     /// Each of the workload's SLA targets against the prediction.
     pub sla: Vec<SlaCheck>,
+    /// Training plans: the step's figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingPerformance>,
 }
 
 /// Whether a predicted figure meets its SLA target.

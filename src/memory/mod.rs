@@ -2,4 +2,5 @@
 //! overhead. Pure: takes a [`crate::model::ModelSpec`] and parameter values, touches nothing.
 
 pub mod llama_cpp;
+pub mod torch;
 pub mod vllm;

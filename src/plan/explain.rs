@@ -26,7 +26,13 @@ pub fn score(objective: Objective, w: &WorkloadProfile, p: &perf::Prediction) ->
     {
         penalty += 1e6 * (p.time_per_output_token_ms / t);
     }
+    // A training step generates nothing: every objective is served by more trained tokens per second.
+    let training = matches!(
+        w.mode,
+        crate::profile::Mode::Training | crate::profile::Mode::FineTune
+    );
     let base = match objective {
+        _ if training => 1e6 / p.prefill_tokens_per_s.max(1e-9),
         Objective::Latency => {
             p.time_per_output_token_ms
                 + p.time_to_first_token_ms / w.generation_tokens.max(1) as f64
@@ -99,9 +105,15 @@ fn why_lost<R: Runtime>(
     }
     let (vc, vchosen) = (rt.variant(&c.point), rt.variant(&chosen.point));
     if vc != vchosen && c.score < chosen.score * (1.0 - TIE) {
+        let gain = (chosen.score - c.score) / chosen.score * 100.0;
+        if rt.variant_noun() != "KV cache type" {
+            return format!(
+                "scores {gain:.1} % better with {} {vc}, but the workload asks for {vchosen}",
+                rt.variant_noun()
+            );
+        }
         return format!(
-            "scores {:.1} % better with a {vc} KV cache, but the workload prefers {vchosen} and the kv-cache rules do not trade KV precision for this gain",
-            (chosen.score - c.score) / chosen.score * 100.0,
+            "scores {gain:.1} % better with a {vc} KV cache, but the workload prefers {vchosen} and the kv-cache rules do not trade KV precision for this gain",
         );
     }
     if c.score <= chosen.score * (1.0 + TIE) {
@@ -112,6 +124,15 @@ fn why_lost<R: Runtime>(
         );
     }
     let (a, b) = (&c.eval.prediction, &chosen.eval.prediction);
+    if matches!(
+        w.mode,
+        crate::profile::Mode::Training | crate::profile::Mode::FineTune
+    ) {
+        return format!(
+            "trains fewer tokens per second: {:.0} vs {:.0}",
+            a.prefill_tokens_per_s, b.prefill_tokens_per_s
+        );
+    }
     match objective {
         Objective::Latency => format!(
             "slower for latency: {:.1} ms per output token and {:.0} ms to the first vs {:.1} and {:.0}",

@@ -22,6 +22,7 @@ use crate::hardware::Inventory;
 use crate::model::ModelSpec;
 use crate::profile::{Phase, ProfileSet, RuntimeId, WorkloadProfile};
 use crate::runtime::llama_cpp::LlamaCpp;
+use crate::runtime::torch::Torch;
 use crate::runtime::vllm::Vllm;
 use crate::runtime::{Candidate, Request, Runtime};
 
@@ -47,11 +48,18 @@ pub struct Inputs<'a> {
 pub const MAX_GPUS: usize = 64;
 
 /// The runtime that serves this model and workload: the one `--runtime` names, else by the model's format (GGUF:
-/// llama.cpp; safetensors: vLLM). Training and fine-tuning have no runtime yet; the refusal comes from the one
-/// chosen here.
-pub fn runtime_for(model: &ModelSpec, _w: &WorkloadProfile, ov: &Overrides) -> RuntimeId {
+/// llama.cpp; safetensors: vLLM); training and fine-tuning workloads go to torch whatever the format (it refuses
+/// GGUF with the reason).
+pub fn runtime_for(model: &ModelSpec, w: &WorkloadProfile, ov: &Overrides) -> RuntimeId {
     match ov.runtime {
         Some(r) if r != RuntimeId::Any => r,
+        _ if matches!(
+            w.mode,
+            crate::profile::Mode::Training | crate::profile::Mode::FineTune
+        ) =>
+        {
+            RuntimeId::Torch
+        }
         _ => match model.format {
             crate::model::Format::Gguf => RuntimeId::LlamaCpp,
             crate::model::Format::Safetensors => RuntimeId::Vllm,
@@ -102,9 +110,10 @@ pub fn resolve_fleet(inp: &Inputs, mut fleet: Fleet) -> Result<Deployment, PlanE
             let rt = Vllm::new(&req)?;
             plan_with(&rt, inp, &req)
         }
-        RuntimeId::Torch => Err(PlanError::Usage(
-            "--runtime torch: training and fine-tuning plans are not modelled yet; serve with llama.cpp (GGUF) or vLLM (safetensors)".into(),
-        )),
+        RuntimeId::Torch => {
+            let rt = Torch::new(&req)?;
+            plan_with(&rt, inp, &req)
+        }
         RuntimeId::LlamaCpp | RuntimeId::Any => {
             let rt = LlamaCpp::new(&req)?;
             plan_with(&rt, inp, &req)
@@ -151,7 +160,9 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
     );
     let mut warnings = req.fleet.warnings.clone();
     warnings.extend(described.warnings);
-    let (performance, perf_notes) = performance(rt, req, &chosen, &described.devices, inp.evidence);
+    let (mut performance, perf_notes) =
+        performance(rt, req, &chosen, &described.devices, inp.evidence);
+    performance.training = described.training.clone();
     for (k, source, detail) in perf_notes {
         provenance.insert(k, Provenance { source, detail });
     }
@@ -403,6 +414,7 @@ fn performance<R: Runtime>(
             evidence: rows,
             score: emit::round3(c.score.min(1e15)),
             sla,
+            training: None,
         },
         notes,
     )

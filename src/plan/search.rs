@@ -195,8 +195,9 @@ pub fn choose<'a, R: Runtime>(
             (
                 Source::Computed,
                 format!(
-                    "the workload prefers {preferred}, which does not fit; {} is the best-scoring type that does",
-                    rt.variant(&a.point)
+                    "the workload prefers {preferred}, which does not fit; {} is the best-scoring {} that does",
+                    rt.variant(&a.point),
+                    rt.variant_noun()
                 ),
             ),
         ),
@@ -204,7 +205,10 @@ pub fn choose<'a, R: Runtime>(
             Some(p),
             (
                 Source::Profile,
-                format!("the workload's preferred KV cache type {preferred} fits"),
+                format!(
+                    "the workload's preferred {} {preferred} fits",
+                    rt.variant_noun()
+                ),
             ),
         ),
         (Some(a), Some(p)) => {

@@ -266,6 +266,10 @@ pub struct TrainingSpec {
     /// LoRA rank; absent for full fine-tuning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_rank: Option<u64>,
+    /// Sequences per optimizer step over all devices (micro-batch x accumulation x data-parallel processes);
+    /// absent: the micro-batch (one device, no accumulation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_batch: Option<u64>,
     /// Quantization of the frozen base weights (`nf4` for QLoRA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_quantization: Option<String>,

@@ -9,6 +9,7 @@
 //! logarithmic in the layer count.
 
 pub mod llama_cpp;
+pub mod torch;
 pub mod vllm;
 
 use std::collections::BTreeMap;
@@ -217,6 +218,8 @@ pub struct Described {
     pub launch: Vec<Artifact>,
     pub provenance: BTreeMap<String, Provenance>,
     pub warnings: Vec<String>,
+    /// Training runtimes: the step's figures (the document's `performance.training`).
+    pub training: Option<crate::emit::TrainingPerformance>,
 }
 
 /// One engine.
@@ -254,6 +257,10 @@ pub trait Runtime {
     /// The document key the variant decision's provenance is filed under.
     fn variant_key(&self) -> &'static str {
         "settings.cache_type_k"
+    }
+    /// What the variant axis is, for messages (`KV cache type`).
+    fn variant_noun(&self) -> &'static str {
+        "KV cache type"
     }
     /// How much better (relative score) another variant must be before the preferred one is given up, and the
     /// rule that says so; `None`: the variant is taken for memory only.

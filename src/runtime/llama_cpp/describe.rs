@@ -245,6 +245,7 @@ impl LlamaCpp<'_> {
             launch,
             provenance: prov,
             warnings,
+            training: None,
         }
     }
 

@@ -1072,6 +1072,7 @@ impl Vllm<'_> {
             launch,
             provenance: prov,
             warnings,
+            training: None,
         }
     }
 }

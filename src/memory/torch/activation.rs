@@ -1,0 +1,231 @@
+//! Activation memory of one training step: the tensors autograd saves for the backward pass, per transformer
+//! layer, plus the logits and loss.
+//!
+//! The published formula is Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+//! Models" (arXiv:2205.05198), §4.1: one GPT layer without parallelism saves `s·b·h·(34 + 5·a·s/h)` bytes. Its
+//! assumptions: 16-bit activations, 1-byte dropout masks, a 4h GELU MLP, LayerNorm, dropout after attention
+//! scores and after both residual branches, and attention that materialises the `a·s²` score matrix. The
+//! derivation counts, per layer: LayerNorm inputs 4sbh; QKV input 2sbh; Q and K for `QKᵀ` 4sbh; softmax output
+//! 2as²b, its dropout mask as²b and output 2as²b; V 2sbh; the output projection's input 2sbh and dropout mask
+//! sbh; the MLP's input 2sbh, GELU input 8sbh, output 8sbh and dropout mask sbh.
+//!
+//! [`LayerShape`] restates that count term by term with the architecture's own sizes, so the same function
+//! gives the paper's figure for a GPT layer (tests/torch_memory.rs checks it on the paper's configurations) and
+//! a Llama-family layer as Hugging Face transformers runs it: RMSNorm upcast to FP32 (`LlamaRMSNorm` saves the
+//! FP32 copy), grouped-query K/V expanded to all heads (`repeat_kv`), no dropout, a gated MLP whose SiLU input,
+//! SiLU output and up projection are saved beside the down projection's input, and a fused attention kernel
+//! (FlashAttention, memory-efficient SDPA) that saves its output and an FP32 log-sum-exp per head and token
+//! instead of the score matrix. A frozen linear layer (LoRA's base) saves no input: its weight gradient is not
+//! computed. Gradient checkpointing (one checkpoint per layer, Hugging Face's) keeps each layer's input and
+//! recomputes one layer at a time during the backward pass (the paper's "full recomputation", `2sbhL` for
+//! 16-bit).
+//!
+//! Trade-off: the model counts what autograd saves and the logits' peak, not the transient buffers a backward
+//! kernel allocates (a few `b·s·h`-sized gradients at a time); tests/torch_memory.rs reports the error against
+//! PyTorch's own accounting on this CPU (tests/fixtures/torch/activations-cpu.json).
+
+/// How a layer normalizes, which decides what it saves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Norm {
+    /// A fused LayerNorm (`torch.nn.LayerNorm`): saves its input in the activation type.
+    Fused,
+    /// Hugging Face's RMSNorm of the Llama family: saves an FP32 copy of its input, and the normalized
+    /// activations when its weight is trained.
+    RmsUpcast,
+}
+
+/// The attention kernel's memory behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionMemory {
+    /// Scores are materialised (eager attention, math SDPA): the softmax output per head and token pair.
+    Materialised,
+    /// FlashAttention or memory-efficient SDPA: the output and an FP32 log-sum-exp per head and token.
+    Fused,
+}
+
+/// The sizes and structure of one transformer layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerShape {
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub ffn: u64,
+    /// Gated MLP (SwiGLU/GeGLU: gate, up and down projections) rather than two matrices with GELU.
+    pub gated: bool,
+    pub norm: Norm,
+    /// Dropout on the attention scores (a 1-byte mask and the dropped copy).
+    pub attention_dropout: bool,
+    /// Dropout after the attention and MLP branches (a 1-byte mask each).
+    pub hidden_dropout: bool,
+    /// K and V are expanded to all query heads before attention (Hugging Face's `repeat_kv`).
+    pub repeat_kv: bool,
+}
+
+/// What is trained in a layer, for what it must save.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trained {
+    /// Every weight is trained (full training).
+    pub full: bool,
+    /// LoRA targets by projection name (`q_proj` … `down_proj`), when LoRA.
+    pub lora_targets: Vec<String>,
+    pub lora_rank: u64,
+    /// LoRA dropout above 0 (a mask per target and token).
+    pub lora_dropout: bool,
+    /// Bytes per element of the adapters' input copy: PEFT casts the input to the adapters' dtype (FP32 on a
+    /// 16-bit base).
+    pub adapter_bytes: u64,
+}
+
+impl Trained {
+    fn trains(&self, proj: &str) -> bool {
+        self.full || self.lora_targets.iter().any(|t| t == proj)
+    }
+
+    fn lora(&self, proj: &str) -> bool {
+        !self.full && self.lora_targets.iter().any(|t| t == proj)
+    }
+}
+
+/// Bytes one layer saves for the backward pass at `batch × seq` tokens, activations of `elem` bytes.
+pub fn layer_bytes(
+    l: &LayerShape,
+    t: &Trained,
+    elem: u64,
+    batch: u64,
+    seq: u64,
+    attention: AttentionMemory,
+) -> u128 {
+    let tokens = u128::from(batch) * u128::from(seq);
+    let e = u128::from(elem);
+    let h = u128::from(l.hidden);
+    let q = u128::from(l.heads) * u128::from(l.head_dim);
+    let kv = if l.repeat_kv {
+        q
+    } else {
+        u128::from(l.kv_heads) * u128::from(l.head_dim)
+    };
+    let f = u128::from(l.ffn);
+    // Per token.
+    let mut per_token: u128 = 0;
+    // Two norms.
+    let norm = match l.norm {
+        Norm::Fused => e * h,
+        Norm::RmsUpcast => 4 * h + if t.full { e * h } else { 0 },
+    };
+    per_token += 2 * norm;
+    // Attention: the shared input of Q, K, V when any of them is trained.
+    if ["q_proj", "k_proj", "v_proj"].iter().any(|p| t.trains(p)) {
+        per_token += e * h;
+    }
+    // Q, K and V as attention takes them.
+    per_token += e * (q + 2 * kv);
+    match attention {
+        AttentionMemory::Materialised => {
+            // Softmax output (FP32 in Hugging Face's Llama eager path, which then casts it to the activation
+            // type; one copy in the activation type for a fused softmax) per head per token pair.
+            let a = u128::from(l.heads) * u128::from(seq);
+            let softmax = match l.norm {
+                Norm::RmsUpcast if elem < 4 => 4 + e,
+                _ => e,
+            };
+            per_token += a * softmax;
+            if l.attention_dropout {
+                per_token += a * (1 + e);
+            }
+        }
+        AttentionMemory::Fused => {
+            // The kernel's output and its FP32 log-sum-exp per head.
+            per_token += e * q + 4 * u128::from(l.heads);
+        }
+    }
+    // The output projection's input (the attention output, made contiguous).
+    if t.trains("o_proj") {
+        per_token += e * q;
+    }
+    if l.hidden_dropout {
+        per_token += 2 * h; // two 1-byte masks
+    }
+    // MLP.
+    if l.gated {
+        if ["gate_proj", "up_proj"].iter().any(|p| t.trains(p)) {
+            per_token += e * h;
+        }
+        // SiLU input (the gate projection), SiLU output and the up projection (the product's operands).
+        per_token += 3 * e * f;
+        if t.trains("down_proj") {
+            per_token += e * f;
+        }
+    } else {
+        if t.trains("up_proj") {
+            per_token += e * h;
+        }
+        // GELU input; its output is the second matrix's input.
+        per_token += e * f;
+        per_token += e * f;
+    }
+    // LoRA: each target casts its input to the adapters' type (saved by lora_A) and saves lora_B's input.
+    let adapter = u128::from(t.adapter_bytes);
+    let r = u128::from(t.lora_rank);
+    for (proj, width) in [
+        ("q_proj", h),
+        ("k_proj", h),
+        ("v_proj", h),
+        ("o_proj", q),
+        ("gate_proj", h),
+        ("up_proj", h),
+        ("down_proj", f),
+    ] {
+        if t.lora(proj) {
+            per_token += adapter * width + adapter * r;
+            if t.lora_dropout {
+                per_token += width;
+            }
+        }
+    }
+    per_token * tokens
+}
+
+/// Bytes the logits and the loss hold at their peak, at `batch × seq` tokens over `vocab` entries: the logits
+/// in the activation type, Hugging Face's FP32 upcast for the loss (`ForCausalLMLoss`: `logits.float()`), and
+/// `log_softmax`'s saved FP32 output; during the backward its FP32 gradient and the logits' gradient.
+pub fn logits_bytes(elem: u64, batch: u64, seq: u64, vocab: u64) -> u128 {
+    let cells = u128::from(batch) * u128::from(seq) * u128::from(vocab);
+    // The logits (elem), the saved log_softmax output (4) and the two FP32 gradients live together at the
+    // start of the backward pass (4 + 4); an FP32 model's upcast is the tensor itself.
+    cells * (u128::from(elem) + 4 + 8)
+}
+
+#[allow(clippy::too_many_arguments)] // the published formula's own variables, each named at the call
+/// Bytes saved for the backward pass of `layers` layers, with gradient checkpointing or without: without, every
+/// layer's saved tensors; with, each layer's input (`elem × hidden` per token) and one layer recomputed.
+pub fn layers_bytes(
+    l: &LayerShape,
+    t: &Trained,
+    elem: u64,
+    batch: u64,
+    seq: u64,
+    attention: AttentionMemory,
+    layers: u64,
+    checkpointing: bool,
+) -> u128 {
+    let one = layer_bytes(l, t, elem, batch, seq, attention);
+    if checkpointing {
+        let inputs = u128::from(elem) * u128::from(l.hidden) * u128::from(batch) * u128::from(seq);
+        inputs * u128::from(layers) + one
+    } else {
+        one * u128::from(layers)
+    }
+}
+
+/// Korthikanti et al.'s closed form for one GPT layer, `s·b·h·(34 + 5·a·s/h)` bytes, as the paper writes it
+/// (for the checks of [`layer_bytes`]).
+pub fn korthikanti_layer_bytes(seq: u64, batch: u64, hidden: u64, heads: u64) -> u128 {
+    let (s, b, h, a) = (
+        u128::from(seq),
+        u128::from(batch),
+        u128::from(hidden),
+        u128::from(heads),
+    );
+    34 * s * b * h + 5 * a * s * s * b
+}
