@@ -222,7 +222,7 @@ fn an_overlay_loaded_from_a_directory_is_seen_by_the_queries() {
     std::fs::create_dir_all(&rules).unwrap();
     std::fs::write(
         rules.join("extra-efficiency.yaml"),
-        "kind: efficiency\nid: extra-efficiency\nrules:\n  - {id: gpu-decode-any-test, device: gpu, runtime: any, phase: decode, efficiency: 0.4, why: test, source: test}\n  - {id: gpu-prefill-torch-test, device: gpu, runtime: torch, phase: prefill, compute_capability: {min: \"8.0\"}, efficiency: 0.5, why: test, source: test}\n",
+        "kind: efficiency\nid: extra-efficiency\nrules:\n  - {id: gpu-decode-any-test, device: gpu, runtime: any, phase: decode, efficiency: 0.4, why: test, source: test}\n  - {id: gpu-decode-torch-test, device: gpu, runtime: torch, phase: decode, compute_capability: {min: \"8.0\"}, efficiency: 0.5, why: test, source: test}\n",
     )
     .unwrap();
     std::fs::write(
@@ -252,11 +252,11 @@ fn an_overlay_loaded_from_a_directory_is_seen_by_the_queries() {
         set.efficiency(
             ReserveTarget::Gpu,
             RuntimeId::Torch,
-            Phase::Prefill,
+            Phase::Decode,
             Some((9, 0))
         )
         .map(|x| x.id.as_str()),
-        Some("gpu-prefill-torch-test")
+        Some("gpu-decode-torch-test")
     );
     check_against_scan(&set);
 }

@@ -27,16 +27,19 @@ use std::collections::BTreeMap;
 use crate::model::{ModelSpec, Role};
 use activation::{AttentionMemory, LayerShape, Norm, Trained};
 
-/// The library versions the model restates, newest on PyPI when it was written.
+/// The library versions the model and the launch files follow, newest on PyPI on 2026-11-23 (their sources were
+/// read for tests/fixtures/torch/hf-keys.json; benches/torch/README.md lists the archives and hashes).
 pub const STACK: &[(&str, &str)] = &[
-    ("transformers", "5.17.0"),
-    ("peft", "0.18.1"),
-    ("bitsandbytes", "0.49.1"),
+    ("transformers", "5.23.0"),
+    ("peft", "0.21.2"),
+    ("bitsandbytes", "0.50.2"),
+    ("accelerate", "1.15.0"),
     ("deepspeed", DEEPSPEED_VERSION),
+    ("torch", "2.15.0"),
 ];
 
 /// The DeepSpeed release whose estimators [`zero`] restates.
-pub const DEEPSPEED_VERSION: &str = "0.18.4";
+pub const DEEPSPEED_VERSION: &str = "0.19.8";
 
 /// bitsandbytes' NF4 block: 64 weights share one absmax (`Linear4bit` default `blocksize=64`, QLoRA §3).
 pub const NF4_BLOCK: u64 = 64;

@@ -68,7 +68,7 @@ def main():
     lora = load("lora_config.json")
     if lora is not None:
         from peft import LoraConfig, get_peft_model
-        if args.gradient_checkpointing:
+        if args.activation_checkpointing:
             model.enable_input_require_grads()
         model = get_peft_model(model, LoraConfig(**lora))
         model.print_trainable_parameters()
@@ -250,9 +250,11 @@ pub fn accelerate_config(s: &TorchSettings, gpus: &[DeviceId], nodes: u32) -> St
     if s.zero_stage > 0 {
         y.push_str("deepspeed_config:\n  deepspeed_config_file: ds_config.json\n");
         y.push_str(&format!("  zero3_init_flag: {}\n", s.zero_stage == 3));
-    } else {
-        y.push_str(&format!("mixed_precision: {mixed}\n"));
     }
+    // With a DeepSpeed config file the precision comes from it (accelerate ignores this key then); it is written
+    // so both say the same.
+    y.push_str(&format!("mixed_precision: {mixed}\n"));
+    y.push_str("debug: false\n");
     y.push_str(&format!("gpu_ids: {}\n", ids.join(",")));
     y.push_str(&format!("num_machines: {nodes}\n"));
     y.push_str("machine_rank: 0\n");

@@ -1,0 +1,228 @@
+//! The training memory model against the published formulas and the stack's own code: Korthikanti et al.'s
+//! activation formula on the paper's configurations, DeepSpeed's ZeRO estimators as the pinned release computes
+//! them (tests/fixtures/torch/deepspeed-estimates.json, written by executing DeepSpeed's own functions:
+//! benches/torch/deepspeed_estimates.py), the model inventories DeepSpeed's `_all_live` helpers would count, and
+//! QLoRA's storage per weight.
+
+mod common;
+
+use common::vllm_models;
+use optimizer::memory::torch::activation::{
+    self, AttentionMemory, LayerShape, Norm, Trained, korthikanti_layer_bytes,
+};
+use optimizer::memory::torch::{self as mem, Method, Offload, Optimizer, Params, Precision, Zero, zero};
+use serde_json::Value;
+
+fn fixture(name: &str) -> Value {
+    let p = common::fixture(format!("torch/{name}"));
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A GPT layer as Korthikanti et al. count it: LayerNorm, 4h GELU MLP, dropout on the scores and both branches,
+/// multi-head attention materialising the scores, every weight trained, 16-bit activations.
+fn gpt(hidden: u64, heads: u64) -> LayerShape {
+    LayerShape {
+        hidden,
+        heads,
+        kv_heads: heads,
+        head_dim: hidden / heads,
+        ffn: 4 * hidden,
+        gated: false,
+        norm: Norm::Fused,
+        attention_dropout: true,
+        hidden_dropout: true,
+        repeat_kv: false,
+    }
+}
+
+fn full() -> Trained {
+    Trained {
+        full: true,
+        lora_targets: Vec::new(),
+        lora_rank: 0,
+        lora_dropout: false,
+        adapter_bytes: 4,
+    }
+}
+
+/// The paper's Table 3 models (22B, 175B, 530B, 1T: heads, hidden, sequence 2048) and GPT-2 small, at micro-batch
+/// 1 and 4: the term-by-term count equals `sbh(34 + 5as/h)` exactly.
+#[test]
+fn the_layer_count_is_korthikantis_formula_on_the_papers_models() {
+    let models = [
+        ("GPT 22B", 64, 6144, 2048),
+        ("GPT 175B", 96, 12288, 2048),
+        ("GPT 530B", 128, 20480, 2048),
+        ("GPT 1T", 160, 25600, 2048),
+        ("GPT-2 small", 12, 768, 1024),
+    ];
+    for (name, a, h, s) in models {
+        for b in [1, 4] {
+            let ours = activation::layer_bytes(&gpt(h, a), &full(), 2, b, s, AttentionMemory::Materialised);
+            assert_eq!(ours, korthikanti_layer_bytes(s, b, h, a), "{name} b={b}");
+        }
+    }
+    // The paper's worked figure: the 175B model at s = 2048, b = 1 saves sbh(34 + 5as/h) = 2048 × 12288 ×
+    // (34 + 5 × 96 × 2048 / 12288) = 2048 × 12288 × 114 bytes per layer.
+    assert_eq!(korthikanti_layer_bytes(2048, 1, 12288, 96), 2048 * 12288 * 114);
+    // Full recomputation keeps 2sbh per layer (the paper's §4.2) plus the one layer being recomputed.
+    let l = gpt(12288, 96);
+    assert_eq!(
+        activation::layers_bytes(&l, &full(), 2, 1, 2048, AttentionMemory::Materialised, 96, true),
+        96 * 2 * 2048 * 12288 + korthikanti_layer_bytes(2048, 1, 12288, 96)
+    );
+}
+
+/// FlashAttention drops the `5as²b` score terms and keeps an FP32 log-sum-exp per head and token, and the
+/// attention output once more (the kernel saves it beside the projection's copy).
+#[test]
+fn fused_attention_replaces_the_score_terms_by_the_output_and_log_sum_exp() {
+    let (h, a, s, b) = (4096u64, 32u64, 4096u64, 2u64);
+    let l = LayerShape {
+        attention_dropout: false,
+        ..gpt(h, a)
+    };
+    let mat = activation::layer_bytes(&l, &full(), 2, b, s, AttentionMemory::Materialised);
+    let fused = activation::layer_bytes(&l, &full(), 2, b, s, AttentionMemory::Fused);
+    let tokens = u128::from(b * s);
+    assert_eq!(
+        mat - fused,
+        tokens * u128::from(a * s) * 2 - tokens * (2 * u128::from(h) + 4 * u128::from(a))
+    );
+}
+
+/// Every case of the fixture, computed by DeepSpeed 0.19.8's own `estimate_zero2_model_states_mem_needs` and
+/// `estimate_zero3_model_states_mem_needs`, equals [`zero`] byte for byte.
+#[test]
+fn zero_estimates_equal_deepspeeds_own_functions() {
+    let f = fixture("deepspeed-estimates.json");
+    assert_eq!(f["deepspeed"], mem::DEEPSPEED_VERSION);
+    let cases = f["cases"].as_array().unwrap();
+    assert!(cases.len() >= 5);
+    let (mut n2, mut n3) = (0, 0);
+    for c in cases {
+        let a = &c["args"];
+        let u = |k: &str| a[k].as_u64().unwrap();
+        let b = |k: &str| a[k].as_bool().unwrap();
+        let factor = a["additional_buffer_factor"].as_f64().unwrap();
+        let got = match c["function"].as_str().unwrap() {
+            "estimate_zero2_model_states_mem_needs" => {
+                n2 += 1;
+                zero::zero2(
+                    u("total_params"),
+                    u("num_gpus_per_node") as u32,
+                    u("num_nodes") as u32,
+                    b("cpu_offload"),
+                    factor,
+                )
+            }
+            "estimate_zero3_model_states_mem_needs" => {
+                n3 += 1;
+                let off = match (b("cpu_offload"), b("cpu_offload_params")) {
+                    (false, _) => zero::Zero3Offload::None,
+                    (true, false) => zero::Zero3Offload::Optimizer,
+                    (true, true) => zero::Zero3Offload::OptimizerAndParams,
+                };
+                let e = zero::zero3(
+                    u("total_params"),
+                    u("largest_layer_params"),
+                    u("num_gpus_per_node") as u32,
+                    u("num_nodes") as u32,
+                    off,
+                    b("zero_init"),
+                    factor,
+                );
+                assert_eq!(e.largest_layer_bytes, c["largest_layer_memory"].as_u64().unwrap(), "{c}");
+                e
+            }
+            other => panic!("unknown function {other}"),
+        };
+        assert_eq!(got.gpu_bytes, c["gpu_bytes"].as_u64().unwrap(), "{c}");
+        assert_eq!(got.cpu_bytes, c["cpu_bytes"].as_u64().unwrap(), "{c}");
+    }
+    assert!(n2 >= 5 && n3 >= 5, "{n2} ZeRO-2 and {n3} ZeRO-3 cases");
+}
+
+/// The parameter counts DeepSpeed's `estimate_zero{2,3}_model_states_mem_needs_all_live(model)` would take
+/// (sum of `numel`, largest module with `recurse=False`), as the fixture derived them from the headers, equal
+/// the planner's inventory of the same checkpoints.
+#[test]
+fn inventories_count_what_deepspeeds_all_live_helpers_count() {
+    let f = fixture("deepspeed-estimates.json");
+    for (id, m) in f["models"].as_object().unwrap() {
+        let inv = mem::inventory(&vllm_models::spec(id)).unwrap();
+        assert_eq!(inv.total, m["total_params"].as_u64().unwrap(), "{id}");
+        assert_eq!(inv.largest_module, m["largest_layer_params"].as_u64().unwrap(), "{id}");
+    }
+}
+
+fn params(method: Method, zero: Zero, offload: Offload, gpus: u32) -> Params {
+    Params {
+        method,
+        precision: Precision::Bf16,
+        optimizer: Optimizer::AdamW,
+        lora_rank: 16,
+        lora_targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        lora_dropout: false,
+        micro_batch: 1,
+        sequence: 2048,
+        checkpointing: true,
+        attention: AttentionMemory::Fused,
+        gpus_per_node: gpus,
+        nodes: 1,
+        zero,
+        offload,
+    }
+}
+
+/// Under ZeRO the per-GPU model states (weights + gradients + optimizer) are DeepSpeed's estimate, however the
+/// planner files them by component; without ZeRO, mixed-precision AdamW takes 16 bytes per parameter
+/// (Rajbhandari et al. 2020, §3.1: 2 + 2 + 12, or the Trainer's FP32 weights and gradients with two moments).
+#[test]
+fn model_states_by_component_add_up_to_the_estimates() {
+    let inv = mem::inventory(&vllm_models::spec("Llama-3.1-8B")).unwrap();
+    let states = |b: &mem::Breakdown| b.weights + b.gradients + b.optimizer;
+    let b = mem::breakdown(&inv, &params(Method::Full, Zero::Off, Offload::None, 1));
+    assert_eq!(states(&b), 16 * inv.total);
+    for gpus in [2u32, 4, 8] {
+        let z2 = zero::zero2(inv.total, gpus, 1, false, zero::ADDITIONAL_BUFFER_FACTOR);
+        let b = mem::breakdown(&inv, &params(Method::Full, Zero::Stage2, Offload::None, gpus));
+        assert_eq!((states(&b), b.host), (z2.gpu_bytes, z2.cpu_bytes), "ZeRO-2 x{gpus}");
+        for (off, ds) in [
+            (Offload::None, zero::Zero3Offload::None),
+            (Offload::Optimizer, zero::Zero3Offload::Optimizer),
+            (Offload::OptimizerAndParams, zero::Zero3Offload::OptimizerAndParams),
+        ] {
+            let z3 = zero::zero3(inv.total, inv.largest_module, gpus, 1, ds, true, zero::ADDITIONAL_BUFFER_FACTOR);
+            let b = mem::breakdown(&inv, &params(Method::Full, Zero::Stage3, off, gpus));
+            assert_eq!((states(&b), b.host), (z3.gpu_bytes, z3.cpu_bytes), "ZeRO-3 {off:?} x{gpus}");
+        }
+    }
+}
+
+/// QLoRA's storage: 4-bit codes, an 8-bit absmax per 64 weights and an FP32 absmax per 256 of those, i.e.
+/// `4 + 8/64 + 32/(64·256) = 4.127` bits per weight (Dettmers et al. 2023, §3 "Double Quantization"), plus a
+/// fixed 1,092 bytes of tables per tensor.
+#[test]
+fn nf4_with_double_quantization_is_qloras_4127_bits_per_weight() {
+    for n in [4096u64 * 4096, 14336 * 4096, 1024 * 4096] {
+        let bits = (mem::nf4_bytes(n) - 1092) as f64 * 8.0 / n as f64;
+        assert!((bits - (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0))).abs() < 1e-9, "{n}: {bits}");
+    }
+}
+
+/// 8-bit AdamW: two 1-byte states plus one FP32 absmax per 2048-value block of each (bitsandbytes' blockwise
+/// quantization), against AdamW's 8 bytes.
+#[test]
+fn eight_bit_adamw_keeps_a_quarter_of_adamws_state() {
+    let n = 41_943_040u64;
+    assert_eq!(mem::optimizer_bytes(Optimizer::AdamW, n, 0), 8 * n);
+    assert_eq!(
+        mem::optimizer_bytes(Optimizer::AdamW8bit, n, 0),
+        2 * n + 2 * 4 * n.div_ceil(2048)
+    );
+}
