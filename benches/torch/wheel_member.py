@@ -1,5 +1,21 @@
-"""Extracts one member of a remote zip (a PyPI wheel) with HTTP range requests, without downloading the wheel."""
-import urllib.parse, io, json, struct, sys, urllib.request, zlib, hashlib
+#!/usr/bin/env python3
+"""Extracts one member of a PyPI wheel with HTTP range requests, without downloading the whole wheel.
+
+    python3 benches/torch/wheel_member.py PACKAGE VERSION MEMBER OUT
+
+Picks the cp311 manylinux_2_28 x86_64 wheel of VERSION (which must be the newest, since it reads PyPI's
+/pypi/PACKAGE/json), reads the zip's central directory (zip64 aware) and the member, checks the member's CRC-32,
+writes it to OUT and prints the wheel's name and PyPI sha256 and the member's sha256 (stdlib only).
+"""
+
+import hashlib
+import json
+import struct
+import sys
+import urllib.parse
+import urllib.request
+import zlib
+
 
 def get(url, start, end):
     req = urllib.request.Request(url, headers={"Range": f"bytes={start}-{end}"})
