@@ -14,6 +14,7 @@ const PUBLISHED_B: &[(&str, &str)] = &[
     ("Llama-3.1-70B-Instruct", "70.6"),
     ("Llama-3.1-8B", "8.03"),
     ("Llama-3.1-8B-Instruct", "8.03"),
+    ("Llama-3.2-1B", "1.23"),
     ("Mistral-7B-v0.3", "7.25"),
     ("Mixtral-8x7B-v0.1", "46.7"),
     ("Qwen2.5-14B", "14.7"),
