@@ -10,7 +10,9 @@ use common::vllm_models;
 use optimizer::memory::torch::activation::{
     self, AttentionMemory, LayerShape, Norm, Trained, korthikanti_layer_bytes,
 };
-use optimizer::memory::torch::{self as mem, Method, Offload, Optimizer, Params, Precision, Zero, zero};
+use optimizer::memory::torch::{
+    self as mem, Method, Offload, Optimizer, Params, Precision, Zero, zero,
+};
 use serde_json::Value;
 
 fn fixture(name: &str) -> Value {
@@ -59,17 +61,36 @@ fn the_layer_count_is_korthikantis_formula_on_the_papers_models() {
     ];
     for (name, a, h, s) in models {
         for b in [1, 4] {
-            let ours = activation::layer_bytes(&gpt(h, a), &full(), 2, b, s, AttentionMemory::Materialised);
+            let ours = activation::layer_bytes(
+                &gpt(h, a),
+                &full(),
+                2,
+                b,
+                s,
+                AttentionMemory::Materialised,
+            );
             assert_eq!(ours, korthikanti_layer_bytes(s, b, h, a), "{name} b={b}");
         }
     }
     // The paper's worked figure: the 175B model at s = 2048, b = 1 saves sbh(34 + 5as/h) = 2048 × 12288 ×
     // (34 + 5 × 96 × 2048 / 12288) = 2048 × 12288 × 114 bytes per layer.
-    assert_eq!(korthikanti_layer_bytes(2048, 1, 12288, 96), 2048 * 12288 * 114);
+    assert_eq!(
+        korthikanti_layer_bytes(2048, 1, 12288, 96),
+        2048 * 12288 * 114
+    );
     // Full recomputation keeps 2sbh per layer (the paper's §4.2) plus the one layer being recomputed.
     let l = gpt(12288, 96);
     assert_eq!(
-        activation::layers_bytes(&l, &full(), 2, 1, 2048, AttentionMemory::Materialised, 96, true),
+        activation::layers_bytes(
+            &l,
+            &full(),
+            2,
+            1,
+            2048,
+            AttentionMemory::Materialised,
+            96,
+            true
+        ),
         96 * 2 * 2048 * 12288 + korthikanti_layer_bytes(2048, 1, 12288, 96)
     );
 }
@@ -133,7 +154,11 @@ fn zero_estimates_equal_deepspeeds_own_functions() {
                     b("zero_init"),
                     factor,
                 );
-                assert_eq!(e.largest_layer_bytes, c["largest_layer_memory"].as_u64().unwrap(), "{c}");
+                assert_eq!(
+                    e.largest_layer_bytes,
+                    c["largest_layer_memory"].as_u64().unwrap(),
+                    "{c}"
+                );
                 e
             }
             other => panic!("unknown function {other}"),
@@ -153,7 +178,11 @@ fn inventories_count_what_deepspeeds_all_live_helpers_count() {
     for (id, m) in f["models"].as_object().unwrap() {
         let inv = mem::inventory(&vllm_models::spec(id)).unwrap();
         assert_eq!(inv.total, m["total_params"].as_u64().unwrap(), "{id}");
-        assert_eq!(inv.largest_module, m["largest_layer_params"].as_u64().unwrap(), "{id}");
+        assert_eq!(
+            inv.largest_module,
+            m["largest_layer_params"].as_u64().unwrap(),
+            "{id}"
+        );
     }
 }
 
@@ -163,10 +192,18 @@ fn params(method: Method, zero: Zero, offload: Offload, gpus: u32) -> Params {
         precision: Precision::Bf16,
         optimizer: Optimizer::AdamW,
         lora_rank: 16,
-        lora_targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        lora_targets: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         lora_dropout: false,
         micro_batch: 1,
         sequence: 2048,
@@ -190,16 +227,38 @@ fn model_states_by_component_add_up_to_the_estimates() {
     assert_eq!(states(&b), 16 * inv.total);
     for gpus in [2u32, 4, 8] {
         let z2 = zero::zero2(inv.total, gpus, 1, false, zero::ADDITIONAL_BUFFER_FACTOR);
-        let b = mem::breakdown(&inv, &params(Method::Full, Zero::Stage2, Offload::None, gpus));
-        assert_eq!((states(&b), b.host), (z2.gpu_bytes, z2.cpu_bytes), "ZeRO-2 x{gpus}");
+        let b = mem::breakdown(
+            &inv,
+            &params(Method::Full, Zero::Stage2, Offload::None, gpus),
+        );
+        assert_eq!(
+            (states(&b), b.host),
+            (z2.gpu_bytes, z2.cpu_bytes),
+            "ZeRO-2 x{gpus}"
+        );
         for (off, ds) in [
             (Offload::None, zero::Zero3Offload::None),
             (Offload::Optimizer, zero::Zero3Offload::Optimizer),
-            (Offload::OptimizerAndParams, zero::Zero3Offload::OptimizerAndParams),
+            (
+                Offload::OptimizerAndParams,
+                zero::Zero3Offload::OptimizerAndParams,
+            ),
         ] {
-            let z3 = zero::zero3(inv.total, inv.largest_module, gpus, 1, ds, true, zero::ADDITIONAL_BUFFER_FACTOR);
+            let z3 = zero::zero3(
+                inv.total,
+                inv.largest_module,
+                gpus,
+                1,
+                ds,
+                true,
+                zero::ADDITIONAL_BUFFER_FACTOR,
+            );
             let b = mem::breakdown(&inv, &params(Method::Full, Zero::Stage3, off, gpus));
-            assert_eq!((states(&b), b.host), (z3.gpu_bytes, z3.cpu_bytes), "ZeRO-3 {off:?} x{gpus}");
+            assert_eq!(
+                (states(&b), b.host),
+                (z3.gpu_bytes, z3.cpu_bytes),
+                "ZeRO-3 {off:?} x{gpus}"
+            );
         }
     }
 }
@@ -211,7 +270,10 @@ fn model_states_by_component_add_up_to_the_estimates() {
 fn nf4_with_double_quantization_is_qloras_4127_bits_per_weight() {
     for n in [4096u64 * 4096, 14336 * 4096, 1024 * 4096] {
         let bits = (mem::nf4_bytes(n) - 1092) as f64 * 8.0 / n as f64;
-        assert!((bits - (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0))).abs() < 1e-9, "{n}: {bits}");
+        assert!(
+            (bits - (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0))).abs() < 1e-9,
+            "{n}: {bits}"
+        );
     }
 }
 

@@ -1,6 +1,6 @@
 //! `optimizer resolve` of training and fine-tuning workloads: torch plans end to end through the binary, on the
 //! issue's scenarios (LoRA of an 8B on one RTX 4090, QLoRA of an 8B on a 12 GB RTX 3060, full training of an 8B
-//! on one A100 80GB, which does not fit, and on 8× A100 with ZeRO-3, a 1B full fine-tune on a GTX 1650 in
+//! on one A100 80GB, which does not fit, and on 8× A100 with ZeRO (stage 2 fits, so stage 3's extra gathers are not taken), a 1B full fine-tune on a GTX 1650 in
 //! FP16), with the real checkpoints' headers (tests/fixtures/vllm/models). The byte figures asserted are derived
 //! here from the shapes and the stack's own arithmetic (parameter bytes, PEFT's adapter count, bitsandbytes'
 //! NF4 layout, DeepSpeed's estimator), not read back from the planner; the snapshots guard the rest.
@@ -165,7 +165,7 @@ fn full_training_of_an_8b_on_one_a100_does_not_fit_and_says_what_would() {
 }
 
 #[test]
-fn full_training_of_an_8b_on_eight_a100s_shards_with_zero3() {
+fn full_training_of_an_8b_on_eight_a100s_shards_with_zero() {
     let dir = vllm_models::materialize("Llama-3.1-8B");
     let (d, code) = resolve(
         dir.path(),
@@ -175,24 +175,26 @@ fn full_training_of_an_8b_on_eight_a100s_shards_with_zero3() {
     );
     assert_eq!(code, 0, "{:?}", d.suggestions);
     let s = torch(&d);
+    // ZeRO-2 holds the model states in 2P + 18P/8 = 34.1 GB per GPU, which leaves the activations of a 4096-token
+    // sequence room without recomputation; ZeRO-3 would gather the parameters twice per micro-step for no gain.
     assert_eq!(
         (s.method.as_str(), s.zero_stage, s.data_parallel),
-        ("full", 3, 8)
+        ("full", 2, 8)
     );
-    // DeepSpeed's estimate_zero3_model_states_mem_needs without offload: 4 × largest layer (the 128256 × 4096
-    // embedding) + int(18 × P / 8 GPUs).
+    assert!(!s.gradient_checkpointing);
+    // DeepSpeed's estimate_zero2_model_states_mem_needs without offload: 2P + int(18 × P / 8 GPUs).
     let m = gpu(&d);
     assert_eq!(
         m.weights_bytes + m.gradients_bytes + m.optimizer_state_bytes,
-        4 * LLAMA8B_VOCAB_ROWS + 18 * LLAMA8B_PARAMS / 8
+        2 * LLAMA8B_PARAMS + 18 * LLAMA8B_PARAMS / 8
     );
     // 1024 sequences per step = 8 processes × micro-batch × accumulation.
     assert_eq!(8 * s.micro_batch * s.gradient_accumulation_steps, 1024);
     let files = &common::artifact(&d, "accelerate").files;
     let ds: serde_json::Value = serde_json::from_str(&files["ds_config.json"]).unwrap();
-    assert_eq!(ds["zero_optimization"]["stage"], 3);
+    assert_eq!(ds["zero_optimization"]["stage"], 2);
     assert_eq!(ds["train_batch_size"], 1024);
-    insta::assert_snapshot!("full-8b-8xa100-zero3", snapshot_doc(&d, dir.path()));
+    insta::assert_snapshot!("full-8b-8xa100-zero", snapshot_doc(&d, dir.path()));
 }
 
 #[test]

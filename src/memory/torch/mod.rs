@@ -15,9 +15,9 @@
 //! - activations ([`activation`]) and logits;
 //! - the CUDA context, counted by the caller from the `runtime-overhead` rule.
 //!
-//! Trade-off: ZeRO configurations take DeepSpeed's estimator figures as they are (they reserve a full 16-bit
-//! gradient buffer under ZeRO-2, more than the ZeRO paper's `2 + 14/N` bytes per parameter), so a plan agrees
-//! with the tool DeepSpeed users check against, at the price of a few GB of headroom the paper would not keep.
+//! Trade-off: ZeRO configurations take DeepSpeed's estimator figures as they are (ZeRO-2: `2 + 18/N` bytes per
+//! parameter, counting an FP32 gradient partition the ZeRO paper's `2 + 14/N` leaves out), so a plan agrees with
+//! the tool DeepSpeed users check against, at the price of headroom the paper would not keep.
 
 pub mod activation;
 pub mod zero;
@@ -373,18 +373,13 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
                         p.offload != Offload::None,
                         zero::ADDITIONAL_BUFFER_FACTOR,
                     );
-                    // DeepSpeed: 16-bit parameters (2P), 16-bit gradients (2P), and the partition of FP32
-                    // master weights, moments and gradients (16P / N), or everything but the parameters on the
-                    // CPU.
+                    // DeepSpeed: 16-bit parameters (2P) and the partitions (18P / N) of the 16-bit and FP32
+                    // gradients (6 bytes, filed as gradients) and of the FP32 master weights and moments (12
+                    // bytes, optimizer state); offloaded, everything but the parameters is on the CPU.
                     b.weights = total.saturating_mul(2);
-                    b.gradients = e
-                        .gpu_bytes
-                        .saturating_sub(b.weights)
-                        .min(total.saturating_mul(2));
-                    b.optimizer = e
-                        .gpu_bytes
-                        .saturating_sub(b.weights)
-                        .saturating_sub(b.gradients);
+                    let partitions = e.gpu_bytes.saturating_sub(b.weights);
+                    b.gradients = partitions / 3;
+                    b.optimizer = partitions - b.gradients;
                     b.host = e.cpu_bytes;
                 }
                 Zero::Stage3 => {

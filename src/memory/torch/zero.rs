@@ -26,7 +26,9 @@ fn trunc(x: f64) -> u64 {
 /// `estimate_zero2_model_states_mem_needs(total_params, num_gpus_per_node, num_nodes, cpu_offload,
 /// additional_buffer_factor)`:
 /// offload: GPU `2P`, CPU `P × max(4 × gpus, 16) × factor`;
-/// else: GPU `4P + int(16P / gpus)`, CPU `P × 4 × gpus_per_node × factor`.
+/// else: GPU `2P + int(18P / gpus)` (DeepSpeed's comment: 2 = 16-bit parameters; 18 = 16-bit gradients 2 + FP32
+/// gradients 4 + FP32 parameters 4 + FP32 momentum and variance 8, all partitioned), CPU
+/// `P × 4 × gpus_per_node × factor`.
 pub fn zero2(
     total_params: u64,
     gpus_per_node: u32,
@@ -44,8 +46,8 @@ pub fn zero2(
     } else {
         (
             p * 4.0 * f64::from(gpus_per_node.max(1)) * buffer_factor,
-            4u64.saturating_mul(total_params)
-                .saturating_add(trunc(16.0 * p / total_gpus)),
+            2u64.saturating_mul(total_params)
+                .saturating_add(trunc(18.0 * p / total_gpus)),
         )
     };
     Estimate {

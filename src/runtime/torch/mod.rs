@@ -881,6 +881,7 @@ impl Runtime for Torch<'_> {
             match s.zero_stage {
                 0 if s.data_parallel > 1 => format!("data parallel over {} GPUs", s.data_parallel),
                 0 => "on one GPU".to_string(),
+                z if s.data_parallel == 1 => format!("ZeRO-{z} on one GPU"),
                 z => format!("ZeRO-{z} over {} GPUs", s.data_parallel),
             },
             if s.offload != "none" {
