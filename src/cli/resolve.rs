@@ -205,10 +205,17 @@ fn explain(d: &Deployment) -> String {
         crate::emit::Settings::Torch(s) => {
             let _ = writeln!(
                 o,
-                "{verb} for workload {}: {} training in {} on {devices} ({} process(es){}{}), micro-batch {} x {} tokens, {} accumulation step(s) to {} sequences per step, gradient checkpointing {}, {}, attention {} ({}).",
+                "{verb} for workload {}: {} training in {} on {} ({} process(es){}{}), micro-batch {} x {} tokens, {} accumulation step(s) to {} sequences per step, gradient checkpointing {}, {}, attention {} ({}).",
                 d.workload.preset,
                 s.method,
                 s.precision,
+                d.hardware
+                    .gpus
+                    .iter()
+                    .filter(|g| g.used)
+                    .map(|g| g.device.as_str())
+                    .collect::<Vec<_>>()
+                    .join("+"),
                 s.data_parallel,
                 match s.zero_stage {
                     0 => String::new(),

@@ -43,7 +43,7 @@ pub struct Overrides {
 pub enum PlanError {
     /// A usage error (exit 2).
     #[error(
-        "workload {0:?} is a {1} workload; llama.cpp plans cover inference only (training plans need the training memory model)"
+        "workload {0:?} is a {1} workload: the serving runtimes (llama.cpp, vLLM) plan inference only; training and fine-tuning are planned by the torch runtime, the default for such workloads (leave out --runtime or give --runtime torch)"
     )]
     UnsupportedMode(String, &'static str),
     /// A usage error (exit 2): the runtime asked for does not serve this format.

@@ -7,14 +7,15 @@
 //!
 //! Trade-offs:
 //! - Every GPU of the node trains (data parallel): more GPUs never slow a step's compute, and the gradient
-//!   exchange is priced over the GPUs' link. The memory strategies form one ladder from the most to the least
-//!   GPU memory (replicas, ZeRO-2, ZeRO-3, ZeRO-3 with the optimizer offloaded, with parameters offloaded too;
-//!   on one GPU: plain, ZeRO-2 offload, ZeRO-3 offload), bisected for the first that fits: later rungs move
-//!   more over the links and are never faster. ZeRO stage 1 is left out: DeepSpeed runs stages 1 and 2 with one
-//!   optimizer (stage_1_and_2.py) and one estimate, and stage 2 moves no more data.
-//! - Gradient checkpointing is a second ladder: without it a step computes a third less (full training), so
-//!   it is taken only when nothing fits without it or when it wins on speed (larger micro-batches under ZeRO-3
-//!   gather the parameters fewer times per token).
+//!   exchange is priced over the GPUs' link. Each memory strategy (replicas, ZeRO-2, ZeRO-3, ZeRO-3 with the
+//!   optimizer offloaded, with parameters offloaded too; on one GPU: plain, ZeRO-2 offload, ZeRO-3 offload) ×
+//!   gradient checkpointing is its own one-point ladder, fitted and scored: at most ten points, and host
+//!   memory is not monotone along the strategies (DeepSpeed's ZeRO-2 estimate loads an FP32 copy per process on
+//!   the host, ZeRO-3's only the largest module), so no bisection over them. ZeRO stage 1 is left out: DeepSpeed
+//!   runs stages 1 and 2 with one optimizer (stage_1_and_2.py) and one estimate, and stage 2 moves no more data.
+//! - Without gradient checkpointing a step computes a forward pass less, so checkpointing is taken only when
+//!   nothing fits without it or when it wins on speed (larger micro-batches under ZeRO-3 gather the parameters
+//!   fewer times per token).
 //! - The micro-batch is the largest divisor of the per-GPU share of the global batch that fits (bisection on
 //!   the memory model), so gradient accumulation reaches the preset's global batch exactly.
 //! - The method is the preset's (a fine-tune preset with a LoRA rank is LoRA; with `base_quantization: nf4`
@@ -542,8 +543,8 @@ impl<'a> Torch<'a> {
         }
     }
 
-    /// `torch.compile`, and why: on compute capability 7.0+ for full training and LoRA without ZeRO-3; not for
-    /// QLoRA (bitsandbytes' 4-bit matmuls break the graph) nor ZeRO-3 (its parameter gathering hooks break it).
+    /// `torch.compile`, and why: on compute capability 7.0+ for full training and LoRA without DeepSpeed; not for
+    /// QLoRA (bitsandbytes' 4-bit matmuls break the graph) nor under DeepSpeed.
     fn compile(&self, p: &Point) -> (bool, String) {
         let cc = self.gpus.iter().filter_map(|g| g.compute_capability).min();
         if cc.is_none_or(|c| c < (7, 0)) {
@@ -552,6 +553,7 @@ impl<'a> Torch<'a> {
         match (p.method, p.zero) {
             (Method::Qlora, _) => (false, "no: bitsandbytes' 4-bit matmuls are opaque to the compiler and break the graph at every linear layer".into()),
             (_, Zero::Stage3) => (false, "no: ZeRO-3 gathers parameters in module hooks, which break the compiled graph".into()),
+            (_, Zero::Stage2) => (false, "no: under DeepSpeed the model runs inside DeepSpeed's engine; its own compile option is not planned".into()),
             _ => (true, "yes (heuristic): PyTorch 2.0's launch measured torch.compile 51 % faster on average in AMP training over 163 open-source models on an A100 (pytorch.org/get-started/pytorch-2.0); not counted in the prediction, which rests on the efficiency rule".into()),
         }
     }
@@ -726,20 +728,18 @@ impl Runtime for Torch<'_> {
     }
 
     fn ladders(&self) -> Vec<Vec<Point>> {
-        [false, true]
-            .into_iter()
-            .map(|checkpointing| {
-                self.strategies(self.method)
-                    .into_iter()
-                    .map(|(zero, offload)| Point {
-                        method: self.method,
-                        zero,
-                        offload,
-                        checkpointing,
-                    })
-                    .collect()
-            })
-            .collect()
+        let mut out = Vec::new();
+        for checkpointing in [false, true] {
+            for (zero, offload) in self.strategies(self.method) {
+                out.push(vec![Point {
+                    method: self.method,
+                    zero,
+                    offload,
+                    checkpointing,
+                }]);
+            }
+        }
+        out
     }
 
     fn size(&self) -> Size {
