@@ -414,26 +414,20 @@ impl<'a> Torch<'a> {
         }
     }
 
-    /// FLOPs per trained token: forward `2 ×` the matmul parameters plus causal attention (`2 × layers × seq ×
-    /// heads × head_dim`: QKᵀ and AV over half the positions on average); the backward pass computes input
-    /// gradients (one forward's worth) and, for trained weights, weight gradients (another); checkpointing runs
-    /// the forward again. LoRA's adapters add `6 ×` their parameters.
     fn flops_per_token(&self, p: &Point) -> f64 {
-        let s = &self.inv.shape;
-        let attn =
-            2.0 * self.inv.layers as f64 * f64::from(self.sequence) * (s.heads * s.head_dim) as f64;
-        let fwd = 2.0 * mem::matmul_params(&self.inv) as f64 + attn;
-        let passes = match p.method {
-            Method::Full => 3.0,
-            Method::Lora | Method::Qlora => 2.0,
-        } + if p.checkpointing { 1.0 } else { 0.0 };
         let adapters = if p.method == Method::Full {
-            0.0
+            0
         } else {
             let (r, t) = self.lora_of(p.method);
-            6.0 * mem::lora_params(&self.inv, r, &t) as f64
+            mem::lora_params(&self.inv, r, &t)
         };
-        passes * fwd + adapters
+        flops_per_token(
+            &self.inv,
+            p.method,
+            if p.checkpointing { 1.0 } else { 0.0 },
+            self.sequence,
+            adapters,
+        )
     }
 
     /// Seconds of communication per optimizer step, by strategy (ring collectives over the link; no overlap
@@ -657,6 +651,31 @@ impl<'a> Torch<'a> {
             })
             .map(u64::from)
     }
+}
+
+/// FLOPs per trained token: forward `2 ×` the matmul parameters plus causal attention (`2 × layers × seq ×
+/// heads × head_dim`: QKᵀ and AV over half the positions on average); the backward pass computes input
+/// gradients (one forward's worth) and, for trained weights, weight gradients (another); checkpointing runs the
+/// forward of the `recomputed` share of the layers again (1: every layer, Hugging Face's; torchtitan's
+/// "selective layer" checkpointing recomputes every second layer, 0.5). LoRA's adapters add `6 ×` their
+/// parameters.
+pub fn flops_per_token(
+    inv: &Inventory,
+    method: Method,
+    recomputed: f64,
+    sequence: u32,
+    adapter_params: u64,
+) -> f64 {
+    let s = &inv.shape;
+    let attn = 2.0 * inv.layers as f64 * f64::from(sequence) * (s.heads * s.head_dim) as f64;
+    let fwd = 2.0 * mem::matmul_params(inv) as f64 + attn;
+    // The LM head is not in a checkpointed layer: it is never recomputed.
+    let head = 2.0 * (inv.vocab * s.hidden) as f64;
+    let passes = match method {
+        Method::Full => 3.0,
+        Method::Lora | Method::Qlora => 2.0,
+    };
+    passes * fwd + recomputed * (fwd - head) + 6.0 * adapter_params as f64
 }
 
 /// Compute precision and TF32 from the precision rules for the torch runtime (the weakest GPU decides).
