@@ -269,3 +269,62 @@ fn serving_workloads_are_refused_by_torch_and_training_of_a_gguf_is_refused() {
         "a training refusal suggests no GGUF conversion: {e}"
     );
 }
+
+/// A fine-tune preset that names no method (no LoRA rank, no base quantization) leaves it to the plan: full
+/// fine-tuning where it fits, else the faster of LoRA and QLoRA (PEFT's default rank 8). On an RTX 4090 with a
+/// 64 GB host an 8B model's full fine-tune fits neither the GPU nor, offloaded, the host.
+#[test]
+fn a_fine_tune_preset_without_a_method_falls_back_to_lora_when_full_does_not_fit() {
+    let overlay = tempfile::tempdir().unwrap();
+    let workloads = overlay.path().join("workloads");
+    std::fs::create_dir_all(&workloads).unwrap();
+    std::fs::write(
+        workloads.join("fine-tune-open.yaml"),
+        r#"id: fine-tune-open
+description: "fine-tuning with the method left to the plan"
+mode: fine-tune
+objective: throughput
+context: {policy: fixed, tokens: 2048}
+concurrency: 1
+prompt_tokens: 2048
+generation_tokens: 0
+training:
+  optimizer: adamw
+  micro_batch: 1
+  sequence_length: 2048
+  global_batch: 16
+  gradient_checkpointing: true
+sources:
+  concurrency: "test"
+  context: "test"
+  generation_tokens: "test"
+  prompt_tokens: "test"
+  training: "test"
+"#,
+    )
+    .unwrap();
+    let dir = vllm_models::materialize("Llama-3.1-8B");
+    let out = common::bin_on("workstation-2x3090.yaml")
+        .arg("--profiles")
+        .arg(overlay.path())
+        .args([
+            "resolve",
+            "--format",
+            "json",
+            "-w",
+            "fine-tune-open",
+            "--hardware",
+            "rtx-4090",
+            "-m",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    common::assert_exit(&out, 0);
+    let d: Deployment = serde_json::from_slice(&out.stdout).unwrap();
+    let s = torch(&d);
+    assert!(s.method == "lora" || s.method == "qlora", "{}", s.method);
+    assert_eq!(s.lora_rank, Some(8));
+    let why = &d.provenance["settings.method"].detail;
+    assert!(why.contains("prefers full, which does not fit"), "{why}");
+}

@@ -247,10 +247,18 @@ pub fn choose<'a, R: Runtime>(
                     Some(p),
                     (
                         Source::Profile,
-                        format!(
-                            "the workload's preferred {preferred} fits; {other} would score {:.1} % better, but no kv-cache rule lets {other} trade KV precision for speed",
-                            gain * 100.0
-                        ),
+                        if rt.variant_noun() == "KV cache type" {
+                            format!(
+                                "the workload's preferred {preferred} fits; {other} would score {:.1} % better, but no kv-cache rule lets {other} trade KV precision for speed",
+                                gain * 100.0
+                            )
+                        } else {
+                            format!(
+                                "the workload's preferred {} {preferred} fits and is kept; {other} would score {:.1} % better but changes what is trained",
+                                rt.variant_noun(),
+                                gain * 100.0
+                            )
+                        },
                     ),
                 ),
             }

@@ -83,7 +83,10 @@ pub struct Torch<'a> {
     /// CUDA GPUs, most free memory first; every one trains.
     gpus: Vec<&'a FleetGpu>,
     inv: Inventory,
+    /// The preset's method (the preferred one when several are open).
     method: Method,
+    /// The methods the plan may choose among.
+    methods: Vec<Method>,
     method_why: String,
     precision: Precision,
     precision_why: String,
@@ -185,27 +188,39 @@ impl<'a> Torch<'a> {
                 .then(a.id.ordinal.cmp(&b.id.ordinal))
         });
         let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
-        let (method, method_why) = match (t.lora_rank, t.base_quantization.as_deref()) {
-            (None, _) => (
-                Method::Full,
-                format!(
-                    "workload {} ({:?}) trains every parameter: no LoRA rank",
-                    w.id, w.mode
-                ),
-            ),
-            (Some(_), Some(q)) if q.eq_ignore_ascii_case("nf4") => (
-                Method::Qlora,
-                format!("workload {}: LoRA over a {q} base (QLoRA)", w.id),
-            ),
-            (Some(_), Some(q)) => {
+        let nf4 = match t.base_quantization.as_deref() {
+            None => false,
+            Some(q) if q.eq_ignore_ascii_case("nf4") => true,
+            Some(q) => {
                 return Err(PlanError::Profile(format!(
                     "workload {}: base_quantization {q:?} is not modelled (nf4 is)",
                     w.id
                 )));
             }
-            (Some(_), None) => (
+        };
+        let (method, methods, method_why) = match (w.mode, t.lora_rank, nf4) {
+            (_, _, true) => (
+                Method::Qlora,
+                vec![Method::Qlora],
+                format!("workload {}: LoRA over an NF4 base (QLoRA)", w.id),
+            ),
+            (_, Some(_), false) => (
                 Method::Lora,
+                vec![Method::Lora],
                 format!("workload {}: LoRA adapters over a 16-bit frozen base", w.id),
+            ),
+            (Mode::FineTune, None, false) => (
+                Method::Full,
+                vec![Method::Full, Method::Lora, Method::Qlora],
+                format!(
+                    "workload {} leaves the method open (fine-tune, no LoRA rank, no base quantization): full fine-tuning where it fits, else the faster of LoRA and QLoRA that fits (PEFT's default rank 8)",
+                    w.id
+                ),
+            ),
+            (_, None, false) => (
+                Method::Full,
+                vec![Method::Full],
+                format!("workload {} ({:?}) trains every parameter", w.id, w.mode),
             ),
         };
         let lora_rank = t.lora_rank.unwrap_or(0);
@@ -261,6 +276,7 @@ impl<'a> Torch<'a> {
             gpus,
             inv,
             method,
+            methods,
             method_why,
             precision,
             precision_why,
@@ -350,8 +366,8 @@ impl<'a> Torch<'a> {
 
     /// LoRA dropout: PEFT's default 0.0 for LoRA, QLoRA's 0.05 (Dettmers et al. 2023, Appendix B: dropout
     /// 0.05 for models up to 13B).
-    fn lora_dropout(&self) -> f64 {
-        match self.method {
+    fn lora_dropout(m: Method) -> f64 {
+        match m {
             Method::Qlora => 0.05,
             _ => 0.0,
         }
@@ -557,6 +573,7 @@ impl<'a> Torch<'a> {
         let micro = self.micro(c.size);
         let accumulation = self.share() / micro;
         let lora = p.method != Method::Full;
+        let (rank, targets) = self.lora_of(p.method);
         TorchSettings {
             method: p.method.name().into(),
             precision: self.precision.name().into(),
@@ -583,25 +600,22 @@ impl<'a> Torch<'a> {
             .into(),
             torch_compile: self.compile(p).0,
             trainable_parameters: mem::trained_params(&self.inv, &self.params(p, micro)),
-            lora_rank: lora.then_some(self.lora_rank as u32),
-            lora_alpha: lora.then_some(self.lora_alpha()),
-            lora_dropout: lora.then_some(self.lora_dropout()),
-            lora_target_modules: if lora {
-                self.lora_targets.clone()
-            } else {
-                Vec::new()
-            },
+            lora_rank: lora.then_some(rank as u32),
+            lora_alpha: lora.then_some(Self::lora_alpha(p.method, rank)),
+            lora_dropout: lora.then_some(Self::lora_dropout(p.method)),
+            lora_target_modules: if lora { targets } else { Vec::new() },
             base_quantization: (p.method == Method::Qlora).then(|| "nf4".to_string()),
         }
     }
 
     /// LoRA alpha: 2 × rank for LoRA (the common PEFT recipes' scaling of 2), = rank for QLoRA as Unsloth's
     /// notebooks set it (`lora_alpha = 16` at `r = 16`).
-    fn lora_alpha(&self) -> u32 {
-        match self.method {
-            Method::Qlora => self.lora_rank as u32,
-            _ => (2 * self.lora_rank) as u32,
-        }
+    fn lora_alpha(m: Method, rank: u64) -> u32 {
+        let a = match m {
+            Method::Qlora => rank,
+            _ => 2 * rank,
+        };
+        u32::try_from(a).unwrap_or(u32::MAX)
     }
 
     /// The strategies of one method on this machine, from the most to the least GPU memory.
@@ -748,14 +762,16 @@ impl Runtime for Torch<'_> {
 
     fn ladders(&self) -> Vec<Vec<Point>> {
         let mut out = Vec::new();
-        for checkpointing in [false, true] {
-            for (zero, offload) in self.strategies(self.method) {
-                out.push(vec![Point {
-                    method: self.method,
-                    zero,
-                    offload,
-                    checkpointing,
-                }]);
+        for &method in &self.methods {
+            for checkpointing in [false, true] {
+                for (zero, offload) in self.strategies(method) {
+                    out.push(vec![Point {
+                        method,
+                        zero,
+                        offload,
+                        checkpointing,
+                    }]);
+                }
             }
         }
         out
@@ -1175,11 +1191,19 @@ impl Torch<'_> {
         let _ = compile;
         put("settings.torch_compile", Source::Heuristic, compile_why);
         if p.method != Method::Full {
-            put(
-                "settings.lora_rank",
-                Source::Profile,
-                format!("workload {}: training.lora_rank", w.id),
-            );
+            if p.method == self.method && self.lora_rank > 0 {
+                put(
+                    "settings.lora_rank",
+                    Source::Profile,
+                    format!("workload {}: training.lora_rank", w.id),
+                );
+            } else {
+                put(
+                    "settings.lora_rank",
+                    Source::Rule,
+                    format!("PEFT LoraConfig's default r = {PEFT_DEFAULT_RANK}"),
+                );
+            }
             put(
                 "settings.lora_target_modules",
                 Source::Rule,
