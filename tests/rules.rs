@@ -98,9 +98,9 @@ rules:
         .efficiency(ReserveTarget::Gpu, RuntimeId::LlamaCpp, Phase::Decode, None)
         .unwrap();
     assert_eq!(l.id, "gpu-decode-llama-cpp");
-    // torch has no prefill row of its own and no `any` row applies: none, not llama.cpp's.
+    // vLLM has no prefill row of its own and no `any` row applies: none, not llama.cpp's.
     assert!(
-        set.efficiency(ReserveTarget::Gpu, RuntimeId::Torch, Phase::Prefill, None)
+        set.efficiency(ReserveTarget::Gpu, RuntimeId::Vllm, Phase::Prefill, None)
             .is_none()
     );
 }

@@ -12,10 +12,11 @@
 //! [`LayerShape`] restates that count term by term with the architecture's own sizes, so the same function
 //! gives the paper's figure for a GPT layer (tests/torch_memory.rs checks it on the paper's configurations) and
 //! a Llama-family layer as Hugging Face transformers runs it: RMSNorm upcast to FP32 (`LlamaRMSNorm` saves the
-//! FP32 copy), grouped-query K/V expanded to all heads (`repeat_kv`), no dropout, a gated MLP whose SiLU input,
-//! SiLU output and up projection are saved beside the down projection's input, and a fused attention kernel
-//! (FlashAttention, memory-efficient SDPA) that saves its output and an FP32 log-sum-exp per head and token
-//! instead of the score matrix. A frozen linear layer (LoRA's base) saves no input: its weight gradient is not
+//! FP32 copy and reciprocal RMS), no dropout, a gated MLP whose SiLU input, SiLU output and up projection are
+//! saved beside the down projection's input, and either eager attention (grouped-query K/V expanded to all
+//! heads by `repeat_kv`, an FP32 softmax and its 16-bit copy) or a fused kernel (FlashAttention,
+//! memory-efficient SDPA: K/V as they are, its output and an FP32 log-sum-exp per head and token instead of the
+//! score matrix). A frozen linear layer (LoRA's base) saves no input: its weight gradient is not
 //! computed. Gradient checkpointing (one checkpoint per layer, Hugging Face's) keeps each layer's input and
 //! recomputes one layer at a time during the backward pass (the paper's "full recomputation", `2sbhL` for
 //! 16-bit).
@@ -78,10 +79,6 @@ pub struct Trained {
 }
 
 impl Trained {
-    fn trains(&self, proj: &str) -> bool {
-        self.full || self.lora_targets.iter().any(|t| t == proj)
-    }
-
     fn lora(&self, proj: &str) -> bool {
         !self.full && self.lora_targets.iter().any(|t| t == proj)
     }
@@ -100,7 +97,9 @@ pub fn layer_bytes(
     let e = u128::from(elem);
     let h = u128::from(l.hidden);
     let q = u128::from(l.heads) * u128::from(l.head_dim);
-    let kv = if l.repeat_kv {
+    // Eager attention expands grouped K/V to every head before its matmuls (`repeat_kv`); SDPA's kernels take
+    // them as they are (`enable_gqa`).
+    let kv = if l.repeat_kv && attention == AttentionMemory::Materialised {
         q
     } else {
         u128::from(l.kv_heads) * u128::from(l.head_dim)
@@ -111,11 +110,14 @@ pub fn layer_bytes(
     // Two norms.
     let norm = match l.norm {
         Norm::Fused => e * h,
-        Norm::RmsUpcast => 4 * h + if t.full { e * h } else { 0 },
+        // The FP32 copy, its FP32 reciprocal RMS (one per token), and the normalized activations the weight
+        // multiplies when the weight is trained.
+        Norm::RmsUpcast => 4 * h + 4 + if t.full { e * h } else { 0 },
     };
     per_token += 2 * norm;
     // Attention: the shared input of Q, K, V when any of them is trained.
-    if ["q_proj", "k_proj", "v_proj"].iter().any(|p| t.trains(p)) {
+    // A frozen base layer (LoRA) saves no input: its weight gradient is not computed.
+    if t.full {
         per_token += e * h;
     }
     // Q, K and V as attention takes them.
@@ -135,12 +137,13 @@ pub fn layer_bytes(
             }
         }
         AttentionMemory::Fused => {
-            // The kernel's output and its FP32 log-sum-exp per head.
+            // The kernel's output (also the output projection's input: the kernels write it token-major, so
+            // making it contiguous copies nothing) and its FP32 log-sum-exp per head.
             per_token += e * q + 4 * u128::from(l.heads);
         }
     }
-    // The output projection's input (the attention output, made contiguous).
-    if t.trains("o_proj") {
+    // Materialised: the output projection's input, the attention output made contiguous.
+    if attention == AttentionMemory::Materialised && t.full {
         per_token += e * q;
     }
     if l.hidden_dropout {
@@ -148,39 +151,53 @@ pub fn layer_bytes(
     }
     // MLP.
     if l.gated {
-        if ["gate_proj", "up_proj"].iter().any(|p| t.trains(p)) {
+        if t.full {
             per_token += e * h;
         }
         // SiLU input (the gate projection), SiLU output and the up projection (the product's operands).
         per_token += 3 * e * f;
-        if t.trains("down_proj") {
+        if t.full {
             per_token += e * f;
         }
     } else {
-        if t.trains("up_proj") {
+        if t.full {
             per_token += e * h;
         }
-        // GELU input; its output is the second matrix's input.
+        // GELU's input; its output is the second matrix's input, saved when that matrix is trained.
         per_token += e * f;
-        per_token += e * f;
+        if t.full {
+            per_token += e * f;
+        }
     }
-    // LoRA: each target casts its input to the adapters' type (saved by lora_A) and saves lora_B's input.
+    // LoRA (PEFT): each target casts its input to the adapters' type, applies its own dropout and saves what
+    // lora_A multiplies (the cast copy or the dropped copy, plus a 1-byte mask with dropout) and lora_B's input.
+    // Without a cast (adapters in the activation type) and without dropout, the targets that share an input (Q,
+    // K and V; gate and up) save it once, and not at all when the base layer already saves it.
     let adapter = u128::from(t.adapter_bytes);
     let r = u128::from(t.lora_rank);
-    for (proj, width) in [
-        ("q_proj", h),
-        ("k_proj", h),
-        ("v_proj", h),
-        ("o_proj", q),
-        ("gate_proj", h),
-        ("up_proj", h),
-        ("down_proj", f),
+    let own_copy = t.adapter_bytes != elem || t.lora_dropout;
+    for group in [
+        &[("q_proj", h), ("k_proj", h), ("v_proj", h)][..],
+        &[("o_proj", q)][..],
+        &[("gate_proj", h), ("up_proj", h)][..],
+        &[("down_proj", f)][..],
     ] {
-        if t.lora(proj) {
-            per_token += adapter * width + adapter * r;
-            if t.lora_dropout {
-                per_token += width;
+        let targets: Vec<u128> = group
+            .iter()
+            .filter(|(p, _)| t.lora(p))
+            .map(|&(_, w)| w)
+            .collect();
+        let Some(&width) = targets.first() else {
+            continue;
+        };
+        per_token += adapter * r * targets.len() as u128;
+        if own_copy {
+            for w in &targets {
+                per_token += adapter * w + if t.lora_dropout { *w } else { 0 };
             }
+        } else if !(group[0].0 == "o_proj" && attention == AttentionMemory::Fused) {
+            // (A fused kernel's output, saved above, is the output projection's input itself.)
+            per_token += e * width;
         }
     }
     per_token * tokens
@@ -198,7 +215,8 @@ pub fn logits_bytes(elem: u64, batch: u64, seq: u64, vocab: u64) -> u128 {
 
 #[allow(clippy::too_many_arguments)] // the published formula's own variables, each named at the call
 /// Bytes saved for the backward pass of `layers` layers, with gradient checkpointing or without: without, every
-/// layer's saved tensors; with, each layer's input (`elem × hidden` per token) and one layer recomputed.
+/// layer's saved tensors; with, each layer's input (`elem × hidden` per token) and one layer recomputed (see
+/// [`peak_bytes`] for when that layer is alive).
 pub fn layers_bytes(
     l: &LayerShape,
     t: &Trained,
@@ -228,4 +246,37 @@ pub fn korthikanti_layer_bytes(seq: u64, batch: u64, hidden: u64, heads: u64) ->
         u128::from(heads),
     );
     34 * s * b * h + 5 * a * s * s * b
+}
+
+/// The step's peak of activation memory, split as (layers, logits and loss): without checkpointing every layer's
+/// saved tensors are alive when the loss's backward allocates its gradients, so the two add up; with
+/// checkpointing the layer inputs are alive throughout, and the recomputed layer is built only after the loss's
+/// gradients have gone back through the LM head, so the larger of the two counts. Measured against real steps
+/// in tests/torch_memory.rs.
+#[allow(clippy::too_many_arguments)] // the published formula's own variables, each named at the call
+pub fn peak_bytes(
+    l: &LayerShape,
+    t: &Trained,
+    elem: u64,
+    batch: u64,
+    seq: u64,
+    attention: AttentionMemory,
+    layers: u64,
+    checkpointing: bool,
+    vocab: u64,
+) -> (u128, u128) {
+    let logits = logits_bytes(elem, batch, seq, vocab);
+    if checkpointing {
+        let inputs = u128::from(elem) * u128::from(l.hidden) * u128::from(batch) * u128::from(seq);
+        let one = layer_bytes(l, t, elem, batch, seq, attention);
+        (
+            inputs * u128::from(layers) + one,
+            logits.saturating_sub(one),
+        )
+    } else {
+        (
+            layers_bytes(l, t, elem, batch, seq, attention, layers, false),
+            logits,
+        )
+    }
 }

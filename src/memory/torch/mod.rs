@@ -449,7 +449,7 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
         lora_dropout: p.lora_dropout,
         adapter_bytes: 4,
     };
-    let acts = activation::layers_bytes(
+    let (acts, logits) = activation::peak_bytes(
         &inv.shape,
         &trained,
         elem,
@@ -458,15 +458,10 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
         p.attention,
         inv.layers,
         p.checkpointing,
+        inv.vocab,
     );
     b.activations = u64::try_from(acts).unwrap_or(u64::MAX);
-    b.logits = u64::try_from(activation::logits_bytes(
-        elem,
-        p.micro_batch,
-        p.sequence,
-        inv.vocab,
-    ))
-    .unwrap_or(u64::MAX);
+    b.logits = u64::try_from(logits).unwrap_or(u64::MAX);
     b
 }
 
