@@ -15,6 +15,16 @@ use optimizer::emit::{Deployment, Status, TorchSettings};
 const GIB: u64 = 1 << 30;
 
 fn resolve(model: &Path, workload: &str, hardware: &str, inventory: &str) -> (Deployment, i32) {
+    resolve_with(model, workload, hardware, inventory, &[])
+}
+
+fn resolve_with(
+    model: &Path,
+    workload: &str,
+    hardware: &str,
+    inventory: &str,
+    extra: &[&str],
+) -> (Deployment, i32) {
     let out = common::bin_on(inventory)
         .args([
             "resolve",
@@ -27,6 +37,7 @@ fn resolve(model: &Path, workload: &str, hardware: &str, inventory: &str) -> (De
             "-m",
         ])
         .arg(model)
+        .args(extra)
         .output()
         .unwrap();
     let code = out.status.code().unwrap_or(-1);
@@ -220,6 +231,24 @@ fn a_1b_full_fine_tune_on_a_gtx_1650_runs_in_fp16_not_bf16() {
         "TrainingArguments refuses tf32 before Ampere"
     );
     insta::assert_snapshot!("full-1b-gtx1650", snapshot_doc(&d, dir.path()));
+    // At the preset's 4096 tokens the logits alone (4096 × 128256 × 14 bytes) exceed the 4 GB card; the
+    // document names the sequence length that fits, and that plan fits, still in FP16.
+    assert_eq!(code, 3);
+    assert!(
+        d.suggestions.iter().any(|s| s.contains("-c 1024")),
+        "{:?}",
+        d.suggestions
+    );
+    let (d, code) = resolve_with(
+        dir.path(),
+        "training",
+        "gtx-1650",
+        "workstation-2x3090.yaml",
+        &["-c", "1024"],
+    );
+    assert_eq!(code, 0, "{:?}", d.suggestions);
+    assert_eq!(torch(&d).precision, "fp16");
+    assert!(d.memory.devices[1].total_bytes + d.memory.devices[1].reserve_bytes <= 4 * GIB);
 }
 
 #[test]
