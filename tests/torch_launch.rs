@@ -266,3 +266,29 @@ fn every_emitted_key_is_one_the_pinned_packages_accept() {
         ])
     );
 }
+
+/// Regression guard for two defects found by running the files through accelerate 1.15 itself
+/// (benches/torch/check_launch.py, tests/fixtures/torch/launch-check.json): a bare `gpu_ids: 0` is a YAML integer,
+/// on which `accelerate launch` calls `.split` and crashes; a `mixed_precision` beside a DeepSpeed config file
+/// makes `DeepSpeedPlugin` refuse to start.
+#[test]
+fn accelerate_configs_pass_accelerates_own_launch_checks() {
+    for (label, d) in &plans() {
+        let a = common::artifact(d, "accelerate");
+        let acc: Value = serde_yaml_ng::from_str(&a.files["accelerate_config.yaml"]).unwrap();
+        assert!(
+            acc["gpu_ids"].is_string(),
+            "{label}: gpu_ids {}",
+            acc["gpu_ids"]
+        );
+        if acc["distributed_type"] == "DEEPSPEED" {
+            assert!(
+                acc["mixed_precision"].is_null(),
+                "{label}: {}",
+                acc["mixed_precision"]
+            );
+        } else {
+            assert!(acc["mixed_precision"].is_string(), "{label}");
+        }
+    }
+}

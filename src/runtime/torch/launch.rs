@@ -251,11 +251,17 @@ pub fn accelerate_config(s: &TorchSettings, gpus: &[DeviceId], nodes: u32) -> St
         y.push_str("deepspeed_config:\n  deepspeed_config_file: ds_config.json\n");
         y.push_str(&format!("  zero3_init_flag: {}\n", s.zero_stage == 3));
     }
-    // With a DeepSpeed config file the precision comes from it (accelerate ignores this key then); it is written
-    // so both say the same.
-    y.push_str(&format!("mixed_precision: {mixed}\n"));
+    // With a DeepSpeed config file the precision comes from that file: accelerate 1.15 refuses a
+    // `mixed_precision` beside it (utils/dataclasses.py `DeepSpeedPlugin._deepspeed_config_checks`), and its own
+    // questionnaire writes null there (commands/config/cluster.py).
+    if s.zero_stage == 0 {
+        y.push_str(&format!("mixed_precision: {mixed}\n"));
+    } else {
+        y.push_str("mixed_precision: null\n");
+    }
     y.push_str("debug: false\n");
-    y.push_str(&format!("gpu_ids: {}\n", ids.join(",")));
+    // Quoted: accelerate splits the value as a string (launch.py), and YAML reads a bare `0` as an integer.
+    y.push_str(&format!("gpu_ids: '{}'\n", ids.join(",")));
     y.push_str(&format!("num_machines: {nodes}\n"));
     y.push_str("machine_rank: 0\n");
     y.push_str(&format!("num_processes: {}\n", s.data_parallel));
