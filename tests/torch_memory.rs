@@ -8,7 +8,7 @@ mod common;
 
 use common::vllm_models;
 use optimizer::memory::torch::activation::{
-    self, AttentionMemory, LayerShape, Norm, Trained, korthikanti_layer_bytes,
+    self, AttentionMemory, LayerShape, Norm, Step, Trained, korthikanti_layer_bytes,
 };
 use optimizer::memory::torch::{
     self as mem, Method, Offload, Optimizer, Params, Precision, Zero, zero,
@@ -38,6 +38,15 @@ fn gpt(hidden: u64, heads: u64) -> LayerShape {
     }
 }
 
+fn step(elem: u64, batch: u64, seq: u64, attention: AttentionMemory) -> Step {
+    Step {
+        elem,
+        batch,
+        seq,
+        attention,
+    }
+}
+
 fn full() -> Trained {
     Trained {
         full: true,
@@ -64,10 +73,7 @@ fn the_layer_count_is_korthikantis_formula_on_the_papers_models() {
             let ours = activation::layer_bytes(
                 &gpt(h, a),
                 &full(),
-                2,
-                b,
-                s,
-                AttentionMemory::Materialised,
+                &step(2, b, s, AttentionMemory::Materialised),
             );
             assert_eq!(ours, korthikanti_layer_bytes(s, b, h, a), "{name} b={b}");
         }
@@ -84,10 +90,7 @@ fn the_layer_count_is_korthikantis_formula_on_the_papers_models() {
         activation::layers_bytes(
             &l,
             &full(),
-            2,
-            1,
-            2048,
-            AttentionMemory::Materialised,
+            &step(2, 1, 2048, AttentionMemory::Materialised),
             96,
             true
         ),
@@ -104,8 +107,8 @@ fn fused_attention_replaces_the_score_terms_by_the_output_and_log_sum_exp() {
         attention_dropout: false,
         ..gpt(h, a)
     };
-    let mat = activation::layer_bytes(&l, &full(), 2, b, s, AttentionMemory::Materialised);
-    let fused = activation::layer_bytes(&l, &full(), 2, b, s, AttentionMemory::Fused);
+    let mat = activation::layer_bytes(&l, &full(), &step(2, b, s, AttentionMemory::Materialised));
+    let fused = activation::layer_bytes(&l, &full(), &step(2, b, s, AttentionMemory::Fused));
     let tokens = u128::from(b * s);
     // The score matrix (2 bytes per head and token pair) against the log-sum-exp (4 bytes per head and token);
     // both save the attention output once, as the output projection's input.
@@ -362,7 +365,7 @@ fn activations_match_real_training_steps_measured_on_this_cpu() {
             .unwrap()
             .as_u64()
             .unwrap();
-        let one = activation::layer_bytes(&shape, &trained, elem, b, s, attention);
+        let one = activation::layer_bytes(&shape, &trained, &step(elem, b, s, attention));
         if ckpt {
             // The forward keeps each layer's input only.
             assert_eq!(
@@ -377,8 +380,14 @@ fn activations_match_real_training_steps_measured_on_this_cpu() {
             continue;
         }
         let vocab = c["config_input"]["vocab_size"].as_u64().unwrap();
-        let (acts, logits) =
-            activation::peak_bytes(&shape, &trained, elem, b, s, attention, layers, ckpt, vocab);
+        let (acts, logits) = activation::peak_bytes(
+            &shape,
+            &trained,
+            &step(elem, b, s, attention),
+            layers,
+            ckpt,
+            vocab,
+        );
         let ours = acts + logits;
         let peak = c["peak_bytes"].as_f64().unwrap();
         let err = ours as f64 / peak - 1.0;
@@ -419,10 +428,7 @@ fn gpt2_layers_measured_on_this_cpu_are_korthikantis_count() {
         let ours = activation::layer_bytes(
             &gpt(u("n_embd"), u("n_head")),
             &full(),
-            2,
-            b,
-            s,
-            AttentionMemory::Materialised,
+            &step(2, b, s, AttentionMemory::Materialised),
         );
         assert_eq!(
             ours,

@@ -84,15 +84,30 @@ impl Trained {
     }
 }
 
-/// Bytes one layer saves for the backward pass at `batch × seq` tokens, activations of `elem` bytes.
-pub fn layer_bytes(
-    l: &LayerShape,
-    t: &Trained,
-    elem: u64,
-    batch: u64,
-    seq: u64,
-    attention: AttentionMemory,
-) -> u128 {
+/// One micro-step's shape: activations of `elem` bytes, `batch × seq` tokens, the attention kernel's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub elem: u64,
+    pub batch: u64,
+    pub seq: u64,
+    pub attention: AttentionMemory,
+}
+
+impl Step {
+    /// Bytes of one `hidden`-wide activation over the step's tokens (a checkpointed layer's input).
+    fn row_bytes(&self, hidden: u64) -> u128 {
+        u128::from(self.elem) * u128::from(hidden) * u128::from(self.batch) * u128::from(self.seq)
+    }
+}
+
+/// Bytes one layer saves for the backward pass of one micro-step.
+pub fn layer_bytes(l: &LayerShape, t: &Trained, step: &Step) -> u128 {
+    let Step {
+        elem,
+        batch,
+        seq,
+        attention,
+    } = *step;
     let tokens = u128::from(batch) * u128::from(seq);
     let e = u128::from(elem);
     let h = u128::from(l.hidden);
@@ -213,24 +228,19 @@ pub fn logits_bytes(elem: u64, batch: u64, seq: u64, vocab: u64) -> u128 {
     cells * (u128::from(elem) + 4 + 8)
 }
 
-#[allow(clippy::too_many_arguments)] // the published formula's own variables, each named at the call
 /// Bytes saved for the backward pass of `layers` layers, with gradient checkpointing or without: without, every
 /// layer's saved tensors; with, each layer's input (`elem × hidden` per token) and one layer recomputed (see
 /// [`peak_bytes`] for when that layer is alive).
 pub fn layers_bytes(
     l: &LayerShape,
     t: &Trained,
-    elem: u64,
-    batch: u64,
-    seq: u64,
-    attention: AttentionMemory,
+    step: &Step,
     layers: u64,
     checkpointing: bool,
 ) -> u128 {
-    let one = layer_bytes(l, t, elem, batch, seq, attention);
+    let one = layer_bytes(l, t, step);
     if checkpointing {
-        let inputs = u128::from(elem) * u128::from(l.hidden) * u128::from(batch) * u128::from(seq);
-        inputs * u128::from(layers) + one
+        step.row_bytes(l.hidden) * u128::from(layers) + one
     } else {
         one * u128::from(layers)
     }
@@ -253,30 +263,19 @@ pub fn korthikanti_layer_bytes(seq: u64, batch: u64, hidden: u64, heads: u64) ->
 /// checkpointing the layer inputs are alive throughout, and the recomputed layer is built only after the loss's
 /// gradients have gone back through the LM head, so the larger of the two counts. Measured against real steps
 /// in tests/torch_memory.rs.
-#[allow(clippy::too_many_arguments)] // the published formula's own variables, each named at the call
 pub fn peak_bytes(
     l: &LayerShape,
     t: &Trained,
-    elem: u64,
-    batch: u64,
-    seq: u64,
-    attention: AttentionMemory,
+    step: &Step,
     layers: u64,
     checkpointing: bool,
     vocab: u64,
 ) -> (u128, u128) {
-    let logits = logits_bytes(elem, batch, seq, vocab);
+    let logits = logits_bytes(step.elem, step.batch, step.seq, vocab);
+    let acts = layers_bytes(l, t, step, layers, checkpointing);
     if checkpointing {
-        let inputs = u128::from(elem) * u128::from(l.hidden) * u128::from(batch) * u128::from(seq);
-        let one = layer_bytes(l, t, elem, batch, seq, attention);
-        (
-            inputs * u128::from(layers) + one,
-            logits.saturating_sub(one),
-        )
+        (acts, logits.saturating_sub(layer_bytes(l, t, step)))
     } else {
-        (
-            layers_bytes(l, t, elem, batch, seq, attention, layers, false),
-            logits,
-        )
+        (acts, logits)
     }
 }

@@ -449,13 +449,16 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
         lora_dropout: p.lora_dropout,
         adapter_bytes: 4,
     };
+    let step = activation::Step {
+        elem,
+        batch: p.micro_batch,
+        seq: p.sequence,
+        attention: p.attention,
+    };
     let (acts, logits) = activation::peak_bytes(
         &inv.shape,
         &trained,
-        elem,
-        p.micro_batch,
-        p.sequence,
-        p.attention,
+        &step,
         inv.layers,
         p.checkpointing,
         inv.vocab,
