@@ -21,22 +21,7 @@ fn keys() -> Value {
 
 fn plan(id: &str, workload: &str, hardware: &str, inventory: &str) -> Deployment {
     let dir = vllm_models::materialize(id);
-    let out = common::bin_on(inventory)
-        .args([
-            "resolve",
-            "--format",
-            "json",
-            "-w",
-            workload,
-            "--hardware",
-            hardware,
-            "-m",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    common::resolve_doc(inventory, dir.path(), workload, hardware, &[]).0
 }
 
 /// Plans that between them emit every file and every strategy: LoRA on one GPU, QLoRA, full training with

@@ -25,29 +25,7 @@ fn resolve_with(
     inventory: &str,
     extra: &[&str],
 ) -> (Deployment, i32) {
-    let out = common::bin_on(inventory)
-        .args([
-            "resolve",
-            "--format",
-            "json",
-            "-w",
-            workload,
-            "--hardware",
-            hardware,
-            "-m",
-        ])
-        .arg(model)
-        .args(extra)
-        .output()
-        .unwrap();
-    let code = out.status.code().unwrap_or(-1);
-    let doc: Deployment = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{workload} on {hardware}: {e}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (doc, code)
+    common::resolve_doc(inventory, model, workload, hardware, extra)
 }
 
 fn torch(d: &Deployment) -> &TorchSettings {

@@ -31,29 +31,7 @@ fn serve_choices() -> serde_json::Value {
 }
 
 fn resolve(model: &Path, workload: &str, hardware: &str, extra: &[&str]) -> (Deployment, i32) {
-    let out = common::bin_on("cpu-server.yaml")
-        .args([
-            "resolve",
-            "--format",
-            "json",
-            "-w",
-            workload,
-            "--hardware",
-            hardware,
-            "-m",
-        ])
-        .arg(model)
-        .args(extra)
-        .output()
-        .unwrap();
-    let code = out.status.code().unwrap_or(-1);
-    let doc: Deployment = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{hardware}: {e}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (doc, code)
+    common::resolve_doc("cpu-server.yaml", model, workload, hardware, extra)
 }
 
 fn vllm(d: &Deployment) -> &VllmSettings {

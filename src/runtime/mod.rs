@@ -145,6 +145,41 @@ pub(crate) fn context_provenance(
     }
 }
 
+/// The fleet's CUDA GPUs, most free memory first (ties by ordinal), with a warning for each other GPU left out;
+/// `what` names the plans (`vLLM plans`) in the warning and `none` is the refusal when there is no CUDA GPU.
+pub(crate) fn cuda_gpus<'a>(
+    fleet: &'a Fleet,
+    what: &str,
+    none: &str,
+) -> Result<(Vec<&'a crate::fleet::FleetGpu>, Vec<String>), PlanError> {
+    use crate::fleet::DeviceKind;
+    let warnings = fleet
+        .gpus
+        .iter()
+        .filter(|g| g.id.kind != DeviceKind::Cuda)
+        .map(|g| {
+            format!(
+                "{} ({}): not used: {what} are modelled for NVIDIA GPUs (CUDA) only",
+                g.id, g.name
+            )
+        })
+        .collect();
+    let mut gpus: Vec<&crate::fleet::FleetGpu> = fleet
+        .gpus
+        .iter()
+        .filter(|g| g.id.kind == DeviceKind::Cuda)
+        .collect();
+    if gpus.is_empty() {
+        return Err(PlanError::Usage(none.to_string()));
+    }
+    gpus.sort_by(|a, b| {
+        b.capacity_bytes
+            .cmp(&a.capacity_bytes)
+            .then(a.id.ordinal.cmp(&b.id.ordinal))
+    });
+    Ok((gpus, warnings))
+}
+
 /// What a runtime plans from.
 pub struct Request<'a> {
     pub model: &'a ModelSpec,

@@ -282,3 +282,37 @@ pub fn assert_exit(o: &std::process::Output, code: i32) {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `optimizer resolve --format json -w WORKLOAD --hardware HARDWARE -m MODEL EXTRA...` on `inventory`'s host: the
+/// document (which a no-fit exit still writes) and the exit code.
+pub fn resolve_doc(
+    inventory: &str,
+    model: &Path,
+    workload: &str,
+    hardware: &str,
+    extra: &[&str],
+) -> (Deployment, i32) {
+    let out = bin_on(inventory)
+        .args([
+            "resolve",
+            "--format",
+            "json",
+            "-w",
+            workload,
+            "--hardware",
+            hardware,
+            "-m",
+        ])
+        .arg(model)
+        .args(extra)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let doc: Deployment = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{workload} on {hardware}: {e}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (doc, code)
+}

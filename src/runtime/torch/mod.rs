@@ -29,7 +29,7 @@ use crate::emit::{
     MemoryComponents, MemoryDevice, Provenance, Settings, Source, Stage, Topology, TorchSettings,
     TrainingPerformance,
 };
-use crate::fleet::{DeviceKind, FleetGpu, PCIE3_X16_BYTES_PER_S};
+use crate::fleet::{FleetGpu, PCIE3_X16_BYTES_PER_S};
 use crate::memory::torch::{
     self as mem, Breakdown, Inventory, Method, Offload, Optimizer, Precision, Zero,
     activation::AttentionMemory,
@@ -165,28 +165,11 @@ impl<'a> Torch<'a> {
             ));
         }
         let inv = mem::inventory(model).map_err(PlanError::UnsupportedFormat)?;
-        let mut warnings = Vec::new();
-        for g in fleet.gpus.iter().filter(|g| g.id.kind != DeviceKind::Cuda) {
-            warnings.push(format!(
-                "{} ({}): not used: training plans are modelled for NVIDIA GPUs (CUDA) only",
-                g.id, g.name
-            ));
-        }
-        let mut gpus: Vec<&FleetGpu> = fleet
-            .gpus
-            .iter()
-            .filter(|g| g.id.kind == DeviceKind::Cuda)
-            .collect();
-        if gpus.is_empty() {
-            return Err(PlanError::Usage(
-                "training plans need NVIDIA GPUs and this hardware has none: plan for profiled GPUs (--hardware a100-80gb-sxm, --hardware 8x:a100-80gb-sxm)".into(),
-            ));
-        }
-        gpus.sort_by(|a, b| {
-            b.capacity_bytes
-                .cmp(&a.capacity_bytes)
-                .then(a.id.ordinal.cmp(&b.id.ordinal))
-        });
+        let (gpus, warnings) = super::cuda_gpus(
+            fleet,
+            "training plans",
+            "training plans need NVIDIA GPUs and this hardware has none: plan for profiled GPUs (--hardware a100-80gb-sxm, --hardware 8x:a100-80gb-sxm)",
+        )?;
         let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
         let nf4 = match t.base_quantization.as_deref() {
             None => false,

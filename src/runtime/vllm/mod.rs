@@ -24,7 +24,7 @@ use super::{Candidate, Described, Eval, PlanError, Request, Runtime, RuntimeId, 
 use crate::emit::{
     MemoryComponents, MemoryDevice, Provenance, Settings, Source, Stage, Topology, VllmSettings,
 };
-use crate::fleet::{DeviceKind, FleetGpu, PCIE3_X16_BYTES_PER_S};
+use crate::fleet::{FleetGpu, PCIE3_X16_BYTES_PER_S};
 use crate::memory::vllm::{self as mem, Dtype, KvCacheDtype};
 use crate::model::{Format, ModelSpec, Role};
 use crate::perf::{self, DeviceLoad, Shape, collective};
@@ -135,28 +135,11 @@ impl<'a> Vllm<'a> {
             )));
         }
         let concurrency = super::sequences(w, ov, "vllm serve refuses --max-num-seqs 0")?;
-        let mut warnings = Vec::new();
-        for g in fleet.gpus.iter().filter(|g| g.id.kind != DeviceKind::Cuda) {
-            warnings.push(format!(
-                "{} ({}): not used: vLLM plans are modelled for NVIDIA GPUs (CUDA) only",
-                g.id, g.name
-            ));
-        }
-        let mut gpus: Vec<&FleetGpu> = fleet
-            .gpus
-            .iter()
-            .filter(|g| g.id.kind == DeviceKind::Cuda)
-            .collect();
-        if gpus.is_empty() {
-            return Err(PlanError::Usage(
-                "vLLM plans need NVIDIA GPUs and this hardware has none: plan for profiled GPUs (--hardware a100-80gb-sxm, --hardware 2x:rtx-4090), or serve a GGUF of the model with llama.cpp".into(),
-            ));
-        }
-        gpus.sort_by(|a, b| {
-            b.capacity_bytes
-                .cmp(&a.capacity_bytes)
-                .then(a.id.ordinal.cmp(&b.id.ordinal))
-        });
+        let (gpus, warnings) = super::cuda_gpus(
+            fleet,
+            "vLLM plans",
+            "vLLM plans need NVIDIA GPUs and this hardware has none: plan for profiled GPUs (--hardware a100-80gb-sxm, --hardware 2x:rtx-4090), or serve a GGUF of the model with llama.cpp",
+        )?;
         let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
         let (dtype, dtype_why) = choose_dtype(model, cc);
         let quantization = quantization_method(model, cc);
