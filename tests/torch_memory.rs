@@ -197,18 +197,10 @@ fn params(method: Method, zero: Zero, offload: Offload, gpus: u32) -> Params {
         precision: Precision::Bf16,
         optimizer: Optimizer::AdamW,
         lora_rank: 16,
-        lora_targets: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
+        lora_targets: optimizer::runtime::torch::ALL_LINEAR_TARGETS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
         lora_dropout: false,
         micro_batch: 1,
         sequence: 2048,
