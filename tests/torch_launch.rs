@@ -266,6 +266,10 @@ fn accelerate_configs_pass_accelerates_own_launch_checks() {
             "{label}: gpu_ids {}",
             acc["gpu_ids"]
         );
+        // transformers 5.23's current names, not the deprecated aliases that warn at every launch.
+        let args: Value = serde_json::from_str(&a.files["training_args.json"]).unwrap();
+        assert!(args.get("activation_checkpointing").is_some(), "{label}");
+        assert!(args.get("gradient_checkpointing").is_none(), "{label}");
         if acc["distributed_type"] == "DEEPSPEED" {
             assert!(
                 acc["mixed_precision"].is_null(),

@@ -122,10 +122,13 @@ pub fn training_args(s: &TorchSettings) -> Value {
     if s.tf32 {
         put("tf32", json!(true));
     }
-    put("gradient_checkpointing", json!(s.gradient_checkpointing));
+    // transformers 5.23 names it activation checkpointing (`gradient_checkpointing` is its deprecated alias, which
+    // warns at every launch); non-reentrant checkpoints let gradients reach LoRA's adapters through the frozen
+    // layers.
+    put("activation_checkpointing", json!(s.gradient_checkpointing));
     if s.gradient_checkpointing {
         put(
-            "gradient_checkpointing_kwargs",
+            "activation_checkpointing_kwargs",
             json!({"use_reentrant": false}),
         );
     }
