@@ -24,6 +24,45 @@ fn plan(id: &str, workload: &str, hardware: &str, inventory: &str) -> Deployment
     common::resolve_doc(inventory, dir.path(), workload, hardware, &[]).0
 }
 
+/// A LoRA plan over an 8-bit base, from a preset overlay (no built-in preset asks for one).
+fn int8_plan() -> Deployment {
+    let overlay = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(overlay.path().join("workloads")).unwrap();
+    let preset =
+        std::fs::read_to_string(common::root().join("profiles/workloads/fine-tune-lora.yaml"))
+            .unwrap()
+            .replace("id: fine-tune-lora", "id: fine-tune-lora-int8")
+            .replace(
+                "  lora_rank: 8\n",
+                "  lora_rank: 8\n  base_quantization: int8\n",
+            );
+    assert!(preset.contains("base_quantization: int8"));
+    std::fs::write(
+        overlay.path().join("workloads/fine-tune-lora-int8.yaml"),
+        preset,
+    )
+    .unwrap();
+    let dir = vllm_models::materialize("Llama-3.1-8B");
+    let out = common::bin_on("cpu-server.yaml")
+        .arg("--profiles")
+        .arg(overlay.path())
+        .args([
+            "resolve",
+            "--format",
+            "json",
+            "-w",
+            "fine-tune-lora-int8",
+            "--hardware",
+            "rtx-4090",
+            "-m",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    common::assert_exit(&out, 0);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Plans that between them emit every file and every strategy: LoRA on one GPU, QLoRA, full training with
 /// ZeRO-2 over 8 GPUs, ZeRO-2 offload on one GPU, ZeRO-3 offload on two.
 fn plans() -> Vec<(String, Deployment)> {
@@ -62,6 +101,7 @@ fn plans() -> Vec<(String, Deployment)> {
     ]
     .into_iter()
     .map(|(m, w, h, i)| (format!("{m} {w} {h}"), plan(m, w, h, i)))
+    .chain([("Llama-3.1-8B LoRA int8 rtx-4090".to_string(), int8_plan())])
     .collect()
 }
 

@@ -50,6 +50,7 @@ fn step(elem: u64, batch: u64, seq: u64, attention: AttentionMemory) -> Step {
 fn full() -> Trained {
     Trained {
         full: true,
+        base_inputs: true,
         lora_targets: Vec::new(),
         lora_rank: 0,
         lora_dropout: false,
@@ -309,6 +310,7 @@ fn measured_case(c: &Value) -> (LayerShape, Trained, u64, AttentionMemory, u64) 
         None => full(),
         Some(l) => Trained {
             full: false,
+            base_inputs: false,
             lora_targets: l["target_modules"]
                 .as_array()
                 .unwrap()
@@ -444,4 +446,42 @@ fn gpt2_layers_measured_on_this_cpu_are_korthikantis_count() {
         n += 1;
     }
     assert!(n >= 5);
+}
+
+/// LoRA over an 8-bit base: every linear layer of the blocks at one byte per weight plus an FP32 scale per
+/// output row (LLM.int8's `CB` and `SCB`), the rest in the compute type; and bitsandbytes' 8-bit matmul keeps
+/// its input for the backward pass where the 4-bit one keeps none, so its activations exceed QLoRA's by the
+/// base layers' inputs.
+#[test]
+fn an_int8_base_stores_a_byte_per_weight_and_keeps_its_inputs() {
+    let inv = mem::inventory(&vllm_models::spec("Llama-3.1-8B")).unwrap();
+    let mut p = params(Method::LoraInt8, Zero::Off, Offload::None, 1);
+    p.checkpointing = false;
+    let b = mem::breakdown(&inv, &p);
+    // Per layer: q, o 4096 × 4096; k, v 1024 × 4096; gate, up 14336 × 4096; down 4096 × 14336 (out × in).
+    let per_layer: [(u64, u64); 7] = [
+        (4096, 4096),
+        (1024, 4096),
+        (1024, 4096),
+        (4096, 4096),
+        (14336, 4096),
+        (14336, 4096),
+        (4096, 14336),
+    ];
+    let int8: u64 = 32
+        * per_layer
+            .iter()
+            .map(|&(out, inp)| out * inp + 4 * out)
+            .sum::<u64>();
+    let linear: u64 = 32 * per_layer.iter().map(|&(out, inp)| out * inp).sum::<u64>();
+    assert_eq!(b.weights, int8 + 2 * (inv.total - linear));
+    let mut q = p.clone();
+    q.method = Method::Qlora;
+    let nf4 = mem::breakdown(&inv, &q);
+    // The inputs of q/k/v (4096), gate/up (4096) and down (14336), 2 bytes each, per token and layer; o_proj's
+    // input is the fused attention kernel's output, which is saved in either case.
+    assert_eq!(
+        b.activations - nf4.activations,
+        32 * 2048 * 2 * (4096 + 4096 + 14336)
+    );
 }

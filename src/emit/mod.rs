@@ -201,7 +201,7 @@ pub struct VllmSettings {
 /// figures are per GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TorchSettings {
-    /// `full`, `lora` or `qlora`.
+    /// `full`, `lora`, `lora-int8` (LoRA over an 8-bit base) or `qlora`.
     pub method: String,
     /// Compute precision: `bf16` (TrainingArguments `bf16`), `fp16` (`fp16`, with dynamic loss scaling) or
     /// `fp32`.
@@ -243,7 +243,7 @@ pub struct TorchSettings {
     pub lora_dropout: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lora_target_modules: Vec<String>,
-    /// Quantization of the frozen base (`nf4` with double quantization for QLoRA).
+    /// Quantization of the frozen base: `nf4` with double quantization (QLoRA) or `int8` (LLM.int8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_quantization: Option<String>,
 }

@@ -270,7 +270,7 @@ pub struct TrainingSpec {
     /// absent: the micro-batch (one device, no accumulation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_batch: Option<u64>,
-    /// Quantization of the frozen base weights (`nf4` for QLoRA).
+    /// Quantization of the frozen base weights: `nf4` (QLoRA) or `int8` (LLM.int8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_quantization: Option<String>,
 }

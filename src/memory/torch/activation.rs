@@ -68,6 +68,9 @@ pub struct LayerShape {
 pub struct Trained {
     /// Every weight is trained (full training).
     pub full: bool,
+    /// The base's linear layers keep their inputs for the backward pass: trained ones (full training) and
+    /// bitsandbytes' 8-bit ones, frozen or not.
+    pub base_inputs: bool,
     /// LoRA targets by projection name (`q_proj` … `down_proj`), when LoRA.
     pub lora_targets: Vec<String>,
     pub lora_rank: u64,
@@ -131,8 +134,8 @@ pub fn layer_bytes(l: &LayerShape, t: &Trained, step: &Step) -> u128 {
     };
     per_token += 2 * norm;
     // Attention: the shared input of Q, K, V when any of them is trained.
-    // A frozen base layer (LoRA) saves no input: its weight gradient is not computed.
-    if t.full {
+    // A frozen 16-bit or 4-bit base layer (LoRA, QLoRA) saves no input: its weight gradient is not computed.
+    if t.base_inputs {
         per_token += e * h;
     }
     // Q, K and V as attention takes them.
@@ -158,7 +161,7 @@ pub fn layer_bytes(l: &LayerShape, t: &Trained, step: &Step) -> u128 {
         }
     }
     // Materialised: the output projection's input, the attention output made contiguous.
-    if attention == AttentionMemory::Materialised && t.full {
+    if attention == AttentionMemory::Materialised && t.base_inputs {
         per_token += e * q;
     }
     if l.hidden_dropout {
@@ -166,21 +169,21 @@ pub fn layer_bytes(l: &LayerShape, t: &Trained, step: &Step) -> u128 {
     }
     // MLP.
     if l.gated {
-        if t.full {
+        if t.base_inputs {
             per_token += e * h;
         }
         // SiLU input (the gate projection), SiLU output and the up projection (the product's operands).
         per_token += 3 * e * f;
-        if t.full {
+        if t.base_inputs {
             per_token += e * f;
         }
     } else {
-        if t.full {
+        if t.base_inputs {
             per_token += e * h;
         }
         // GELU's input; its output is the second matrix's input, saved when that matrix is trained.
         per_token += e * f;
-        if t.full {
+        if t.base_inputs {
             per_token += e * f;
         }
     }
@@ -210,7 +213,8 @@ pub fn layer_bytes(l: &LayerShape, t: &Trained, step: &Step) -> u128 {
             for w in &targets {
                 per_token += adapter * w + if t.lora_dropout { *w } else { 0 };
             }
-        } else if !(group[0].0 == "o_proj" && attention == AttentionMemory::Fused) {
+        } else if !t.base_inputs && !(group[0].0 == "o_proj" && attention == AttentionMemory::Fused)
+        {
             // (A fused kernel's output, saved above, is the output projection's input itself.)
             per_token += e * width;
         }

@@ -58,6 +58,8 @@ pub enum Method {
     Full,
     /// LoRA adapters over a 16-bit frozen base.
     Lora,
+    /// LoRA adapters over an 8-bit frozen base (bitsandbytes LLM.int8, `load_in_8bit`).
+    LoraInt8,
     /// LoRA adapters over an NF4 frozen base (bitsandbytes, double quantization).
     Qlora,
 }
@@ -67,6 +69,7 @@ impl Method {
         match self {
             Method::Full => "full",
             Method::Lora => "lora",
+            Method::LoraInt8 => "lora-int8",
             Method::Qlora => "qlora",
         }
     }
@@ -318,6 +321,13 @@ pub fn nf4_bytes(n: u64) -> u64 {
     n.div_ceil(2) + blocks + 4 * blocks2 + 4 * 16 + 4 * 256 + 4
 }
 
+/// Bytes of one weight matrix of `n` parameters and `rows` output rows in bitsandbytes LLM.int8: one byte per
+/// weight (`Int8Params.CB`) and one FP32 scale per output row (`SCB`, row-wise absmax quantization; Dettmers et
+/// al. 2022, "LLM.int8()", §3.1 vector-wise quantization).
+pub fn int8_bytes(n: u64, rows: u64) -> u64 {
+    n.saturating_add(rows.saturating_mul(4))
+}
+
 /// Optimizer-state bytes per trained parameter (FP32 master weights not included), and a per-tensor overhead
 /// for 8-bit states: AdamW 8 (two FP32 moments), 8-bit AdamW 2 plus one FP32 absmax per 2048 values per state,
 /// SGD with momentum 4, Adafactor about 4 × (rows + columns) per matrix (its factored second moment) — taken here
@@ -415,7 +425,7 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
                 }
             }
         }
-        Method::Lora | Method::Qlora => {
+        Method::Lora | Method::LoraInt8 | Method::Qlora => {
             let elem = p.precision.bytes();
             let linear_params: u64 = inv.linears.iter().map(|l| l.params).sum();
             let other = inv.total.saturating_sub(linear_params);
@@ -424,6 +434,12 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
                     .linears
                     .iter()
                     .map(|l| nf4_bytes(l.params))
+                    .fold(0u64, u64::saturating_add)
+                    .saturating_add(other.saturating_mul(elem)),
+                Method::LoraInt8 => inv
+                    .linears
+                    .iter()
+                    .map(|l| int8_bytes(l.params, l.out_features))
                     .fold(0u64, u64::saturating_add)
                     .saturating_add(other.saturating_mul(elem)),
                 _ => inv.total.saturating_mul(elem),
@@ -440,6 +456,9 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
     let elem = p.precision.bytes();
     let trained = Trained {
         full: p.method == Method::Full,
+        // bitsandbytes' 8-bit matmul keeps its input for the backward pass (`MatMul8bitLt.forward`:
+        // `ctx.tensors = (CAt, subA, A)`), the 4-bit one only the packed weights (`MatMul4Bit`: `(None, B)`).
+        base_inputs: matches!(p.method, Method::Full | Method::LoraInt8),
         lora_targets: if p.method == Method::Full {
             Vec::new()
         } else {
@@ -472,7 +491,9 @@ pub fn breakdown(inv: &Inventory, p: &Params) -> Breakdown {
 pub fn trained_params(inv: &Inventory, p: &Params) -> u64 {
     match p.method {
         Method::Full => inv.total,
-        Method::Lora | Method::Qlora => lora_params(inv, p.lora_rank, &p.lora_targets),
+        Method::Lora | Method::LoraInt8 | Method::Qlora => {
+            lora_params(inv, p.lora_rank, &p.lora_targets)
+        }
     }
 }
 

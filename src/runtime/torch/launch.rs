@@ -163,14 +163,16 @@ pub fn lora_config(s: &TorchSettings) -> Option<Value> {
 
 /// transformers `BitsAndBytesConfig` keyword arguments (QLoRA plans).
 pub fn bnb_config(s: &TorchSettings) -> Option<Value> {
-    (s.base_quantization.as_deref() == Some("nf4")).then(|| {
-        json!({
+    match s.base_quantization.as_deref()? {
+        "nf4" => Some(json!({
             "load_in_4bit": true,
             "bnb_4bit_quant_type": "nf4",
             "bnb_4bit_use_double_quant": true,
             "bnb_4bit_compute_dtype": dtype(s),
-        })
-    })
+        })),
+        "int8" => Some(json!({"load_in_8bit": true})),
+        _ => None,
+    }
 }
 
 fn dtype(s: &TorchSettings) -> &'static str {

@@ -19,8 +19,10 @@
 //! - The micro-batch is the largest divisor of the per-GPU share of the global batch that fits (bisection on
 //!   the memory model), so gradient accumulation reaches the preset's global batch exactly.
 //! - The method is the preset's (a fine-tune preset with a LoRA rank is LoRA; with `base_quantization: nf4`
-//!   QLoRA; a training preset is full): a method change changes what is trained, so it is a suggestion when
-//!   nothing fits, never a silent switch.
+//!   QLoRA, with `int8` LoRA over an 8-bit base; a training preset is full): a method change changes what is
+//!   trained, so it is a suggestion when nothing fits, never a silent switch. A fine-tune preset that names no
+//!   method leaves it open: the first of full, LoRA, 8-bit LoRA and QLoRA that fits is planned (quantization
+//!   only when the model would not fit otherwise; bitsandbytes' dequantization cost is not in the speed model).
 
 pub mod launch;
 
@@ -171,42 +173,52 @@ impl<'a> Torch<'a> {
             "training plans need NVIDIA GPUs and this hardware has none: plan for profiled GPUs (--hardware a100-80gb-sxm, --hardware 8x:a100-80gb-sxm)",
         )?;
         let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
-        let nf4 = match t.base_quantization.as_deref() {
-            None => false,
-            Some(q) if q.eq_ignore_ascii_case("nf4") => true,
+        // The frozen base's quantization, if the preset names one.
+        let quantized = match t.base_quantization.as_deref().map(str::to_ascii_lowercase) {
+            None => None,
+            Some(q) if q == "nf4" => Some(Method::Qlora),
+            Some(q) if q == "int8" => Some(Method::LoraInt8),
             Some(q) => {
                 return Err(PlanError::Profile(format!(
-                    "workload {}: base_quantization {q:?} is not modelled (nf4 is)",
+                    "workload {}: base_quantization {q:?} is not modelled (nf4 and int8 are)",
                     w.id
                 )));
             }
         };
-        let (method, methods, method_why) = match (w.mode, t.lora_rank, nf4) {
-            (_, _, true) => (
+        let (method, methods, method_why) = match (w.mode, t.lora_rank, quantized) {
+            (_, _, Some(Method::Qlora)) => (
                 Method::Qlora,
                 vec![Method::Qlora],
                 format!("workload {}: LoRA over an NF4 base (QLoRA)", w.id),
             ),
-            (_, Some(_), false) => (
+            (_, _, Some(_)) => (
+                Method::LoraInt8,
+                vec![Method::LoraInt8],
+                format!("workload {}: LoRA over an 8-bit (LLM.int8) base", w.id),
+            ),
+            (_, Some(_), None) => (
                 Method::Lora,
                 vec![Method::Lora],
                 format!("workload {}: LoRA adapters over a 16-bit frozen base", w.id),
             ),
-            (Mode::FineTune, None, false) => (
+            (Mode::FineTune, None, None) => (
                 Method::Full,
-                vec![Method::Full, Method::Lora, Method::Qlora],
+                vec![Method::Full, Method::Lora, Method::LoraInt8, Method::Qlora],
                 format!(
-                    "workload {} leaves the method open (fine-tune, no LoRA rank, no base quantization): full fine-tuning where it fits, else the faster of LoRA and QLoRA that fits (PEFT's default rank 8)",
+                    "workload {} leaves the method open (fine-tune, no LoRA rank, no base quantization): full fine-tuning where it fits, else the fastest that fits of LoRA over a 16-bit, an 8-bit or an NF4 base (PEFT's default rank 8)",
                     w.id
                 ),
             ),
-            (_, None, false) => (
+            (_, None, None) => (
                 Method::Full,
                 vec![Method::Full],
                 format!("workload {} ({:?}) trains every parameter", w.id, w.mode),
             ),
         };
-        let lora_rank = t.lora_rank.unwrap_or(0);
+        let lora_rank = match method {
+            Method::Full => 0,
+            _ => t.lora_rank.unwrap_or(PEFT_DEFAULT_RANK),
+        };
         if method != Method::Full && !(1..=65536).contains(&lora_rank) {
             return Err(PlanError::Usage(format!(
                 "workload {}: LoRA rank {lora_rank} is outside 1..=65536",
@@ -215,7 +227,9 @@ impl<'a> Torch<'a> {
         }
         let lora_targets: Vec<String> = match method {
             Method::Full => Vec::new(),
-            Method::Lora => PEFT_DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect(),
+            Method::Lora | Method::LoraInt8 => {
+                PEFT_DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect()
+            }
             Method::Qlora => ALL_LINEAR_TARGETS.iter().map(|s| s.to_string()).collect(),
         };
         if method != Method::Full && !inv.linears.iter().any(|l| lora_targets.contains(&l.proj)) {
@@ -314,7 +328,7 @@ impl<'a> Torch<'a> {
         }
         let targets = match m {
             Method::Full => &[][..],
-            Method::Lora => PEFT_DEFAULT_TARGETS,
+            Method::Lora | Method::LoraInt8 => PEFT_DEFAULT_TARGETS,
             Method::Qlora => ALL_LINEAR_TARGETS,
         };
         (
@@ -544,7 +558,7 @@ impl<'a> Torch<'a> {
             return (false, "no: Triton, which torch.compile generates kernels with, needs compute capability 7.0+".into());
         }
         match (p.method, p.zero) {
-            (Method::Qlora, _) => (false, "no: bitsandbytes' 4-bit matmuls are opaque to the compiler and break the graph at every linear layer".into()),
+            (Method::Qlora | Method::LoraInt8, _) => (false, "no: bitsandbytes' quantized matmuls are opaque to the compiler and break the graph at every linear layer".into()),
             (_, Zero::Stage3) => (false, "no: ZeRO-3 gathers parameters in module hooks, which break the compiled graph".into()),
             (_, Zero::Stage2) => (false, "no: under DeepSpeed the model runs inside DeepSpeed's engine; its own compile option is not planned".into()),
             _ => (true, "yes (heuristic): PyTorch 2.0's launch measured torch.compile 51 % faster on average in AMP training over 163 open-source models on an A100 (pytorch.org/get-started/pytorch-2.0); not counted in the prediction, which rests on the efficiency rule".into()),
@@ -587,7 +601,11 @@ impl<'a> Torch<'a> {
             lora_alpha: lora.then_some(Self::lora_alpha(p.method, rank)),
             lora_dropout: lora.then_some(Self::lora_dropout(p.method)),
             lora_target_modules: if lora { targets } else { Vec::new() },
-            base_quantization: (p.method == Method::Qlora).then(|| "nf4".to_string()),
+            base_quantization: match p.method {
+                Method::Qlora => Some("nf4".to_string()),
+                Method::LoraInt8 => Some("int8".to_string()),
+                _ => None,
+            },
         }
     }
 
@@ -618,8 +636,36 @@ impl<'a> Torch<'a> {
                 (Zero::Stage3, Offload::OptimizerAndParams),
             ],
             (Method::Lora, true) => vec![(Zero::Off, Offload::None), (Zero::Stage3, Offload::None)],
-            (Method::Lora, false) | (Method::Qlora, _) => vec![(Zero::Off, Offload::None)],
+            (Method::Lora, false) | (Method::LoraInt8 | Method::Qlora, _) => {
+                vec![(Zero::Off, Offload::None)]
+            }
         }
+    }
+
+    /// Every (checkpointing, strategy) of a method.
+    fn points_of(&self, method: Method) -> Vec<(bool, (Zero, Offload))> {
+        [false, true]
+            .into_iter()
+            .flat_map(|c| self.strategies(method).into_iter().map(move |z| (c, z)))
+            .collect()
+    }
+
+    /// The first of the plan's methods (in the order full, LoRA, LoRA over an 8-bit base, QLoRA) with a strategy
+    /// that fits at micro-batch 1.
+    fn first_fitting_method(&self) -> Option<Method> {
+        self.methods.iter().copied().find(|&method| {
+            self.points_of(method)
+                .into_iter()
+                .any(|(checkpointing, (zero, offload))| {
+                    let p = Point {
+                        method,
+                        zero,
+                        offload,
+                        checkpointing,
+                    };
+                    self.overflow(&self.breakdown(&p, 1)) == (0, 0)
+                })
+        })
     }
 
     fn gib(b: u64) -> f64 {
@@ -670,7 +716,7 @@ pub fn flops_per_token(
     let head = 2.0 * (inv.vocab * s.hidden) as f64;
     let passes = match method {
         Method::Full => 3.0,
-        Method::Lora | Method::Qlora => 2.0,
+        Method::Lora | Method::LoraInt8 | Method::Qlora => 2.0,
     };
     passes * fwd + recomputed * (fwd - head) + 6.0 * adapter_params as f64
 }
@@ -744,17 +790,22 @@ impl Runtime for Torch<'_> {
     }
 
     fn ladders(&self) -> Vec<Vec<Point>> {
+        // With the method open, only the first method in order that fits takes part (all of them when none does,
+        // so the nearest is found): quantizing the base is for when the model would not fit otherwise, and the
+        // speed model does not price bitsandbytes' dequantization, so a score would favour it unfairly.
+        let methods = match self.first_fitting_method() {
+            Some(m) if self.methods.len() > 1 => vec![m],
+            _ => self.methods.clone(),
+        };
         let mut out = Vec::new();
-        for &method in &self.methods {
-            for checkpointing in [false, true] {
-                for (zero, offload) in self.strategies(method) {
-                    out.push(vec![Point {
-                        method,
-                        zero,
-                        offload,
-                        checkpointing,
-                    }]);
-                }
+        for method in methods {
+            for (checkpointing, (zero, offload)) in self.points_of(method) {
+                out.push(vec![Point {
+                    method,
+                    zero,
+                    offload,
+                    checkpointing,
+                }]);
             }
         }
         out
@@ -947,7 +998,7 @@ impl Runtime for Torch<'_> {
             offload: Offload::None,
             checkpointing: true,
         };
-        for method in [Method::Lora, Method::Qlora] {
+        for method in [Method::Lora, Method::LoraInt8, Method::Qlora] {
             if method <= near.point.method {
                 continue;
             }
@@ -956,6 +1007,7 @@ impl Runtime for Torch<'_> {
                     "{} instead of {}: {:.2} GiB per GPU at micro-batch 1 with gradient checkpointing (base {:.2} GiB, adapters, gradients and optimizer {:.2} GiB, activations {:.2} GiB)",
                     match method {
                         Method::Qlora => "QLoRA (LoRA over an NF4 base; workload fine-tune-qlora)",
+                        Method::LoraInt8 => "LoRA over an 8-bit base (base_quantization: int8)",
                         _ => "LoRA (workload fine-tune-lora)",
                     },
                     near.point.method.name(),
@@ -1048,7 +1100,29 @@ impl Torch<'_> {
         put(
             "settings.method_why",
             Source::Profile,
-            self.method_why.clone(),
+            if self.methods.len() > 1 {
+                let tried: Vec<&str> = self
+                    .methods
+                    .iter()
+                    .take_while(|&&m| m != p.method)
+                    .map(|m| m.name())
+                    .collect();
+                format!(
+                    "{}; {}",
+                    self.method_why,
+                    if tried.is_empty() {
+                        format!("{} fits", p.method.name())
+                    } else {
+                        format!(
+                            "{} do(es) not fit at micro-batch 1 with any strategy, {} does",
+                            tried.join(", "),
+                            p.method.name()
+                        )
+                    }
+                )
+            } else {
+                self.method_why.clone()
+            },
         );
         put(
             "settings.precision",
