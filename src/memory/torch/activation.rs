@@ -213,10 +213,14 @@ pub fn layer_bytes(l: &LayerShape, t: &Trained, step: &Step) -> u128 {
             for w in &targets {
                 per_token += adapter * w + if t.lora_dropout { *w } else { 0 };
             }
-        } else if !t.base_inputs && !(group[0].0 == "o_proj" && attention == AttentionMemory::Fused)
-        {
-            // (A fused kernel's output, saved above, is the output projection's input itself.)
-            per_token += e * width;
+        } else {
+            // Saved already: by the base layer when it keeps its inputs, or, for the output projection, as the
+            // fused attention kernel's output.
+            let saved =
+                t.base_inputs || (group[0].0 == "o_proj" && attention == AttentionMemory::Fused);
+            if !saved {
+                per_token += e * width;
+            }
         }
     }
     per_token * tokens
