@@ -337,3 +337,28 @@ sources:
     let why = &d.provenance["settings.method"].detail;
     assert!(why.contains("prefers full, which does not fit"), "{why}");
 }
+
+/// A global batch the GPUs do not divide is rounded up so every process takes the same number of sequences,
+/// and the document says so: 8 sequences over 3 GPUs become 9.
+#[test]
+fn a_global_batch_the_gpus_do_not_divide_is_rounded_up_with_a_warning() {
+    let dir = vllm_models::materialize("Llama-3.1-8B");
+    let (d, code) = resolve(
+        dir.path(),
+        "fine-tune-lora",
+        "3x:rtx-4090",
+        "cpu-server.yaml",
+    );
+    assert_eq!(code, 0, "{:?}", d.suggestions);
+    let s = torch(&d);
+    assert_eq!(s.data_parallel, 3);
+    assert_eq!(s.global_batch, 9);
+    assert_eq!(s.micro_batch * s.gradient_accumulation_steps * 3, 9);
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.contains("not the workload's 8")),
+        "{:?}",
+        d.warnings
+    );
+}

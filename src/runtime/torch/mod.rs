@@ -1353,6 +1353,14 @@ impl Torch<'_> {
             warnings
                 .push("QLoRA on a GPU without 16-bit tensor cores computes in FP32: slow".into());
         }
+        if u64::from(settings.global_batch) != self.global_batch {
+            warnings.push(format!(
+                "the global batch is {} sequences per step, not the workload's {}: {} training processes take at least one sequence each per step and the same number each",
+                settings.global_batch,
+                self.global_batch,
+                self.processes()
+            ));
+        }
         if self.req.objective != Objective::Throughput {
             warnings.push(format!(
                 "objective {:?}: a training plan maximizes trained tokens per second whatever the objective",
