@@ -1244,9 +1244,7 @@ impl Torch<'_> {
                 ),
             },
         );
-        let (compile, compile_why) = self.compile(p);
-        let _ = compile;
-        put("settings.torch_compile", Source::Heuristic, compile_why);
+        put("settings.torch_compile", Source::Heuristic, self.compile(p).1);
         if p.method != Method::Full {
             if p.method == self.method && self.lora_rank > 0 {
                 put(
