@@ -1,0 +1,212 @@
+//! The parts of the CLI people read: `resolve --format table` (snapshots of one llama.cpp, one vLLM and one
+//! torch plan), `--explain` in plain words, and where `-o` sends the document. The figures in the snapshots
+//! are the planner's, proven in tests/resolve.rs, tests/vllm_resolve.rs and tests/torch_resolve.rs; these
+//! snapshots guard the layout and the words.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{assert_exit, bin_on, synth, vllm_models};
+use optimizer::model::gguf_builder::LlamaShape;
+
+/// `optimizer --inventory INVENTORY resolve -m MODEL ARGS...`.
+fn resolve(inventory: &str, model: &Path, args: &[&str]) -> Output {
+    bin_on(inventory)
+        .args(["resolve", "-m"])
+        .arg(model)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8(b.to_vec()).unwrap()
+}
+
+/// The table with the run-dependent model directory replaced.
+fn table(o: &Output, dir: &Path) -> String {
+    text(&o.stdout).replace(&dir.display().to_string(), "MODEL")
+}
+
+/// The three runtimes' plans: (name, inventory, model directory guard, model path, arguments, exit code).
+struct Case {
+    name: &'static str,
+    inventory: &'static str,
+    dir: tempfile::TempDir,
+    model: std::path::PathBuf,
+    args: Vec<&'static str>,
+    code: i32,
+}
+
+fn cases() -> Vec<Case> {
+    let llama = tempfile::tempdir().unwrap();
+    let (m8, _) = synth(llama.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let qwen = vllm_models::materialize("Qwen2.5-7B");
+    let qwen_path = qwen.path().to_path_buf();
+    let l8 = vllm_models::materialize("Llama-3.1-8B");
+    let l8_path = l8.path().to_path_buf();
+    vec![
+        Case {
+            name: "llama-cpp-8b-rtx4060-chat",
+            inventory: "laptop-rtx4060.yaml",
+            dir: llama,
+            model: m8,
+            args: vec!["-w", "chat"],
+            code: 0,
+        },
+        Case {
+            name: "vllm-qwen2.5-7b-a100-chat",
+            inventory: "cpu-server.yaml",
+            dir: qwen,
+            model: qwen_path,
+            args: vec!["-w", "chat", "--hardware", "a100-80gb-sxm"],
+            code: 0,
+        },
+        // Nothing fits: the summary still comes, with the suggestions, and the exit code stays 3.
+        Case {
+            name: "torch-full-8b-a100-nofit",
+            inventory: "workstation-2x3090.yaml",
+            dir: l8,
+            model: l8_path,
+            args: vec!["-w", "training", "--hardware", "a100-80gb-sxm"],
+            code: 3,
+        },
+    ]
+}
+
+#[test]
+fn resolve_format_table_summarises_each_runtime() {
+    for c in cases() {
+        let mut args = c.args.clone();
+        args.extend(["--format", "table", "--explain"]);
+        let o = resolve(c.inventory, &c.model, &args);
+        assert_exit(&o, c.code);
+        let t = table(&o, c.dir.path());
+        for heading in [
+            "Status:",
+            "Model:",
+            "Runtime:",
+            "Decision\n",
+            "Memory (",
+            "Speed\n",
+        ] {
+            assert!(t.contains(heading), "{}: no {heading:?} in\n{t}", c.name);
+        }
+        // One text builder: the decision and speed sentences of --explain are the table's.
+        let explain = text(&o.stderr);
+        let mut lines = explain.lines();
+        let decision = lines.next().unwrap();
+        let speed = lines.next().unwrap();
+        assert!(t.contains(decision), "{}: {decision:?} not in\n{t}", c.name);
+        assert!(t.contains(speed), "{}: {speed:?} not in\n{t}", c.name);
+        if c.code == 3 {
+            assert!(t.contains("NOTHING FITS"), "{t}");
+            assert!(t.contains("\nTo fit\n"), "{t}");
+        }
+        insta::assert_snapshot!(c.name, t);
+    }
+}
+
+/// `--explain` used to print Rust debug names (`Balanced`, `Gpu`, `Analytic`) and "1 threads",
+/// "1 process(es)", "1 accumulation step(s)".
+#[test]
+fn explain_speaks_plain_words() {
+    for c in cases() {
+        let mut args = c.args.clone();
+        args.push("--explain");
+        let o = resolve(c.inventory, &c.model, &args);
+        assert_exit(&o, c.code);
+        let e = text(&o.stderr);
+        for debug in [
+            "(Balanced)",
+            "(Latency)",
+            "(Throughput)",
+            "(Analytic)",
+            "(Calibrated)",
+            "(Measured)",
+            " Gpu ",
+            "MultiGpu",
+            "Hybrid",
+            "MoeCpu",
+            " Cpu ",
+            "(es)",
+            "(s)",
+            " 1 threads",
+            " 1 sequences",
+            " 1 processes",
+            " 1 accumulation steps",
+        ] {
+            assert!(!e.contains(debug), "{}: {debug:?} in\n{e}", c.name);
+        }
+        assert!(e.contains("Predicted (analytic)"), "{}: {e}", c.name);
+    }
+    // The torch plan on one GPU: one process, singular.
+    let c = &cases()[2];
+    let o = resolve(
+        c.inventory,
+        &c.model,
+        &[&c.args[..], &["--explain"]].concat(),
+    );
+    assert!(
+        text(&o.stderr).contains("(1 process"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn dash_o_json_writes_json_and_dash_means_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m8, _) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let json = dir.path().join("plan.json");
+    let o = resolve("cpu-server.yaml", &m8, &["-o", json.to_str().unwrap()]);
+    assert_exit(&o, 0);
+    assert!(o.stdout.is_empty());
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON in plan.json");
+    assert_eq!(doc["kind"], "Deployment");
+
+    // --format wins over the extension.
+    let o = resolve(
+        "cpu-server.yaml",
+        &m8,
+        &["-o", json.to_str().unwrap(), "--format", "yaml"],
+    );
+    assert_exit(&o, 0);
+    let written = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        written.starts_with("apiVersion: optimizer/v2\n"),
+        "{written}"
+    );
+
+    // `-o -` is stdout, YAML by default, any format on request; no file named "-" appears.
+    let o = bin_on("cpu-server.yaml")
+        .current_dir(dir.path())
+        .args(["resolve", "-o", "-", "-m"])
+        .arg(&m8)
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    assert!(text(&o.stdout).starts_with("apiVersion: optimizer/v2\n"));
+    assert!(!dir.path().join("-").exists());
+    let o = resolve("cpu-server.yaml", &m8, &["-o", "-", "--format", "json"]);
+    assert_exit(&o, 0);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["kind"], "Deployment");
+
+    // A table can go to a file too.
+    let txt = dir.path().join("plan.txt");
+    let o = resolve(
+        "cpu-server.yaml",
+        &m8,
+        &["-o", txt.to_str().unwrap(), "--format", "table"],
+    );
+    assert_exit(&o, 0);
+    assert!(
+        std::fs::read_to_string(&txt)
+            .unwrap()
+            .starts_with("Status:   fits\n")
+    );
+}
