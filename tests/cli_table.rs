@@ -210,3 +210,102 @@ fn dash_o_json_writes_json_and_dash_means_stdout() {
             .starts_with("Status:   fits\n")
     );
 }
+
+/// Ids are matched in any case and by the product names `profiles list` shows; an unknown one is a usage error
+/// (exit 2) naming the nearest id when it is close, and pointing at `optimizer profiles list`.
+#[test]
+fn ids_match_in_any_case_or_by_product_name_and_typos_get_a_suggestion() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m8, _) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let json = |o: &Output| -> serde_json::Value { serde_json::from_slice(&o.stdout).unwrap() };
+    for (args, workload, gpu) in [
+        (vec!["-w", "Chat"], "chat", None),
+        (
+            vec!["--hardware", "RTX-4090"],
+            "inference",
+            Some("rtx-4090"),
+        ),
+        (
+            vec!["--hardware", "RTX 4090"],
+            "inference",
+            Some("rtx-4090"),
+        ),
+        (
+            vec!["--hardware", "2x:NVIDIA GeForce RTX 4090"],
+            "inference",
+            Some("rtx-4090"),
+        ),
+    ] {
+        let o = resolve(
+            "cpu-server.yaml",
+            &m8,
+            &[&args[..], &["--format", "json"]].concat(),
+        );
+        assert_exit(&o, 0);
+        let d = json(&o);
+        assert_eq!(d["workload"]["preset"], workload, "{args:?}");
+        if let Some(gpu) = gpu {
+            assert_eq!(d["hardware"]["gpus"][0]["profile"], gpu, "{args:?}");
+        }
+    }
+
+    let refused = |o: &Output, want: &str| {
+        assert_exit(o, 2);
+        let e = text(&o.stderr);
+        assert!(e.contains(want), "{want:?} not in {e}");
+        assert!(e.contains("hint: `optimizer profiles list"), "{e}");
+    };
+    refused(
+        &resolve("cpu-server.yaml", &m8, &["-w", "chta"]),
+        "no workload preset \"chta\"; did you mean chat?",
+    );
+    refused(
+        &resolve("cpu-server.yaml", &m8, &["--hardware", "2x:rtx-4900"]),
+        "no hardware profile \"rtx-4900\"; did you mean rtx-4090?",
+    );
+    // Nothing close: no guess.
+    let o = resolve("cpu-server.yaml", &m8, &["-w", "nope"]);
+    refused(&o, "no workload preset \"nope\"");
+    assert!(!text(&o.stderr).contains("did you mean"));
+    // A name two profiles share: both ids, no guess.
+    refused(
+        &resolve("cpu-server.yaml", &m8, &["--hardware", "A100 SXM4"]),
+        "\"A100 SXM4\" names 2 hardware profiles: a100-40gb-sxm, a100-80gb-sxm",
+    );
+
+    // estimate --hardware and profiles show take the same spellings.
+    let o = bin_on("cpu-server.yaml")
+        .args(["estimate", "--hardware", "RTX 4090", "-m"])
+        .arg(&m8)
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    assert!(text(&o.stdout).contains("cuda:0"), "{}", text(&o.stdout));
+    let o = bin_on("cpu-server.yaml")
+        .args(["estimate", "--hardware", "rtx-4900", "-m"])
+        .arg(&m8)
+        .output()
+        .unwrap();
+    refused(&o, "did you mean rtx-4090?");
+    for (id, first) in [
+        ("Chat", "# builtin:workloads/chat.yaml"),
+        ("RTX 4090", "# builtin:hardware/rtx-4090.yaml"),
+        ("MEMORY-RESERVES", "# builtin:rules/memory-reserves.yaml"),
+    ] {
+        let o = bin_on("cpu-server.yaml")
+            .args(["profiles", "show", id])
+            .output()
+            .unwrap();
+        assert_exit(&o, 0);
+        assert!(
+            text(&o.stdout).starts_with(first),
+            "{id}: {}",
+            text(&o.stdout)
+        );
+    }
+    let o = bin_on("cpu-server.yaml")
+        .args(["profiles", "show", "chta"])
+        .output()
+        .unwrap();
+    refused(&o, "no profile with id \"chta\"; did you mean chat?");
+}

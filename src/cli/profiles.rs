@@ -141,19 +141,45 @@ pub fn list(common: &Common, format: OutputFormat) -> Result<(), Failure> {
     write_stdout(&text)
 }
 
+/// `profiles show ID`: the id exactly as any kind, then a hardware profile or workload by its id in any case or
+/// its product name (`crate::profile::lookup`), then a rule table's id in any case; otherwise the nearest id.
 pub fn show(common: &Common, id: &str, format: OutputFormat) -> Result<(), Failure> {
+    use crate::profile::lookup::{self, LookupError};
     let set = common.profiles()?;
+    let rule =
+        |same: &dyn Fn(&str) -> bool| set.rules.iter().find(|e| same(table_kind(&e.value).0));
+    let hardware = || set.find_hardware(id);
+    let workload = || set.find_workload(id);
+    // An exact id of any kind first, so a workload is never shadowed by a hardware profile's fuzzy match.
     let (value, origin) = if let Some(e) = set.hardware(id) {
         (serde_json::to_value(&e.value), &e.origin)
     } else if let Some(e) = set.workload(id) {
         (serde_json::to_value(&e.value), &e.origin)
-    } else if let Some(e) = set.rules.iter().find(|e| table_kind(&e.value).0 == id) {
+    } else if let Some(e) = rule(&|t| t == id) {
+        (serde_json::to_value(&e.value), &e.origin)
+    } else if let Ok(e) = workload() {
+        (serde_json::to_value(&e.value), &e.origin)
+    } else if let Some(e) = rule(&|t| t.eq_ignore_ascii_case(id)) {
         (serde_json::to_value(&e.value), &e.origin)
     } else {
-        return Err(
-            Failure::new(exit::USAGE, anyhow::anyhow!("no profile with id {id:?}"))
-                .hint("`optimizer profiles list` shows every id"),
-        );
+        match hardware() {
+            Ok(e) => (serde_json::to_value(&e.value), &e.origin),
+            Err(e @ LookupError::Ambiguous { .. }) => {
+                return Err(crate::app::lookup_failure(e, "hardware"));
+            }
+            Err(LookupError::Unknown { .. }) => {
+                let ids = set
+                    .hardware
+                    .iter()
+                    .map(|e| e.value.id.as_str())
+                    .chain(set.workloads.iter().map(|e| e.value.id.as_str()))
+                    .chain(set.rules.iter().map(|e| table_kind(&e.value).0));
+                let e = lookup::unknown("profile with id", id, ids);
+                return Err(
+                    Failure::new(exit::USAGE, e).hint("`optimizer profiles list` shows every id")
+                );
+            }
+        }
     };
     let value = value.map_err(|e| Failure::new(exit::RUNTIME, e))?;
     let text = match format {
