@@ -309,3 +309,105 @@ fn ids_match_in_any_case_or_by_product_name_and_typos_get_a_suggestion() {
         .unwrap();
     refused(&o, "no profile with id \"chta\"; did you mean chat?");
 }
+
+/// `profiles list`: a header per kind, `--kind` to keep one, and each row's key figures as its profile file
+/// states them.
+#[test]
+fn profiles_list_has_headers_a_kind_filter_and_key_figures() {
+    let list = |args: &[&str]| {
+        let o = bin_on("cpu-server.yaml")
+            .args(["profiles", "list"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_exit(&o, 0);
+        text(&o.stdout)
+    };
+    let all = list(&[]);
+    let headers: Vec<&str> = all
+        .lines()
+        .filter(|l| {
+            l.starts_with("HARDWARE") || l.starts_with("WORKLOAD") || l.starts_with("RULE TABLE")
+        })
+        .collect();
+    assert_eq!(headers.len(), 3, "{all}");
+    assert!(headers[0].contains("MEM GiB") && headers[0].contains("BW GB/s"));
+    assert!(headers[0].contains("BF16 TF") && headers[0].contains("FP16 TF"));
+    assert!(headers[1].contains("MODE") && headers[1].contains("OBJECTIVE"));
+    assert!(headers[2].contains("ROWS"));
+
+    let hw = list(&["--kind", "hardware"]);
+    assert!(hw.starts_with("HARDWARE"), "{hw}");
+    assert!(
+        !hw.contains("WORKLOAD") && !hw.contains("RULE TABLE"),
+        "{hw}"
+    );
+    // The RTX 4090's row against its file: 24 GiB, 1008 GB/s, BF16 and FP16 dense with FP32 accumulation.
+    let file: serde_json::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(common::root().join("profiles/hardware/rtx-4090.yaml")).unwrap(),
+    )
+    .unwrap();
+    let row: Vec<&str> = hw
+        .lines()
+        .find(|l| l.starts_with("rtx-4090 "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let gib = file["memory"]["size_bytes"].as_f64().unwrap() / (1u64 << 30) as f64;
+    assert_eq!(row[1], "GPU");
+    assert_eq!(row[2], format!("{gib:.1}"));
+    assert_eq!(
+        row[3],
+        format!("{:.0}", file["memory"]["bandwidth_gb_s"].as_f64().unwrap())
+    );
+    let tf = &file["tensor_tflops"];
+    assert_eq!(
+        row[4],
+        format!("{:.1}", tf["bf16_fp32acc"].as_f64().unwrap())
+    );
+    assert_eq!(
+        row[5],
+        format!("{:.1}", tf["fp16_fp32acc"].as_f64().unwrap())
+    );
+    assert_eq!(row[6..].join(" "), file["name"].as_str().unwrap());
+
+    let wl = list(&["--kind", "workloads"]);
+    assert!(wl.starts_with("WORKLOAD"), "{wl}");
+    let chat = wl.lines().find(|l| l.starts_with("chat ")).unwrap();
+    assert!(
+        chat.contains("inference") && chat.contains("balanced") && chat.contains("fixed 8192"),
+        "{chat}"
+    );
+    let long = wl.lines().find(|l| l.starts_with("long-context ")).unwrap();
+    assert!(long.contains("largest fit >= 32768"), "{long}");
+
+    let rules = list(&["--kind", "rules"]);
+    assert!(rules.starts_with("RULE TABLE"), "{rules}");
+    // One row per built-in table file.
+    let tables = std::fs::read_dir(common::root().join("profiles/rules"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "yaml")
+        })
+        .count();
+    assert_eq!(rules.lines().count(), 1 + tables, "{rules}");
+
+    // JSON carries the same figures.
+    let o = bin_on("cpu-server.yaml")
+        .args(["profiles", "list", "--kind", "hardware", "--format", "json"])
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "rtx-4090")
+        .unwrap();
+    assert_eq!(r["memory_bytes"], file["memory"]["size_bytes"]);
+    assert_eq!(r["bf16_tflops"], tf["bf16_fp32acc"]);
+}

@@ -124,8 +124,12 @@ enum RawProfilesCommand {
         /// Files or directories (default: the built-in set with its overlays).
         paths: Vec<PathBuf>,
     },
-    /// List every profile in force, with where it comes from.
+    /// List every profile in force with its key figures (hardware: memory, bandwidth, dense BF16/FP16 TFLOPS;
+    /// workloads: mode, objective, context; rules: kind, rows) and where it comes from.
     List {
+        /// Only this kind.
+        #[arg(long, value_enum)]
+        kind: Option<profiles::ListKind>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -188,7 +192,7 @@ enum Command {
     Inspect(inspect::Settings),
     Probe(OutputFormat),
     ProfilesValidate(Vec<PathBuf>),
-    ProfilesList(OutputFormat),
+    ProfilesList(Option<profiles::ListKind>, OutputFormat),
     ProfilesShow(String, OutputFormat),
     Schema(String),
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
@@ -218,7 +222,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Probe { format } => Command::Probe(format),
         RawCommand::Profiles { command } => match command {
             RawProfilesCommand::Validate { paths } => Command::ProfilesValidate(paths),
-            RawProfilesCommand::List { format } => Command::ProfilesList(format),
+            RawProfilesCommand::List { kind, format } => Command::ProfilesList(kind, format),
             RawProfilesCommand::Show { id, format } => Command::ProfilesShow(id, format),
         },
         RawCommand::Measurements {
@@ -343,7 +347,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::Inspect(s) => inspect::run(&s),
         Command::Probe(format) => probe::run(&common, format),
         Command::ProfilesValidate(paths) => profiles::validate(&common, &paths),
-        Command::ProfilesList(format) => profiles::list(&common, format),
+        Command::ProfilesList(kind, format) => profiles::list(&common, kind, format),
         Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
         Command::MeasurementsImport(file, model, format) => {
             let done = crate::app::import_measurements(&common, &file, model.as_deref())?;
