@@ -411,3 +411,45 @@ fn profiles_list_has_headers_a_kind_filter_and_key_figures() {
     assert_eq!(r["memory_bytes"], file["memory"]["size_bytes"]);
     assert_eq!(r["bf16_tflops"], tf["bf16_fp32acc"]);
 }
+
+/// `--version`: the crate version, the commit the binary was built from (build.rs; "unknown" without git),
+/// and the engine versions the plans are proven against.
+#[test]
+fn version_names_the_commit_and_the_pinned_engines() {
+    let o = common::bin().arg("--version").output().unwrap();
+    assert_exit(&o, 0);
+    let v = text(&o.stdout);
+    let commit = std::process::Command::new("git")
+        .arg("-C")
+        .arg(common::root())
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success() && common::root().join(".git").exists())
+        .map_or("unknown".to_string(), |o| {
+            text(&o.stdout).trim().to_string()
+        });
+    assert!(
+        v.starts_with(&format!(
+            "optimizer {} (commit {commit})\n",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{v}"
+    );
+    assert!(v.contains(optimizer::memory::llama_cpp::ENGINE), "{v}");
+    assert!(
+        v.contains("0c1e5709") && v.contains("llama-cpp-python 0.3.36"),
+        "{v}"
+    );
+    assert!(
+        v.contains(&format!("vLLM {}", optimizer::memory::vllm::VERSION)),
+        "{v}"
+    );
+    for (name, version) in optimizer::memory::torch::STACK {
+        assert!(v.contains(&format!("{name} {version}")), "{v}");
+    }
+    // -V is the one line.
+    let o = common::bin().arg("-V").output().unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(text(&o.stdout).lines().count(), 1, "{}", text(&o.stdout));
+}
