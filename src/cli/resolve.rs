@@ -35,12 +35,13 @@ pub struct RawResolve {
     /// config.json, its *.safetensors.index.json, or a single .safetensors file).
     #[arg(short = 'm', long)]
     model: PathBuf,
-    /// Workload preset id (`optimizer profiles list`): inference, chat, code-generation, batch-inference,
-    /// long-context, embedding.
+    /// Workload preset id, in any case (`optimizer profiles list --kind workloads`): inference, chat,
+    /// code-generation, batch-inference, long-context, embedding, fine-tune-lora, fine-tune-qlora, training.
     #[arg(short = 'w', long, default_value = "inference")]
     workload: String,
-    /// Plan for profiled GPUs instead of this machine's: ID or Nx:ID (e.g. a100-80gb-sxm, 2x:rtx-3090). The
-    /// CPU and RAM stay this machine's (or --inventory's).
+    /// Plan for profiled GPUs instead of this machine's: ID or Nx:ID (e.g. a100-80gb-sxm, 2x:rtx-3090), the id
+    /// in any case or the product name `profiles list` shows ("RTX 4090"). The CPU and RAM stay this machine's
+    /// (or --inventory's).
     #[arg(long)]
     hardware: Option<String>,
     /// Plan for a cluster description (`optimizer schema cluster`) instead of this machine: its node type,
