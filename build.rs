@@ -4,6 +4,9 @@
 //! serde_json deserialization, not a YAML scan plus schema validation. The built-in files are validated when
 //! they are built and tested (`tests/profiles_validate.rs`, `tests/startup_builtin.rs`), not on every run; a
 //! built-in file that is not YAML fails the build here, naming the file.
+//!
+//! It also sets `OPTIMIZER_GIT_COMMIT` for `--version`: the checkout's short commit, or "unknown" where the
+//! source has no `.git` or git is absent, so a build from a crate archive or an exported tree still succeeds.
 
 use std::path::{Path, PathBuf};
 
@@ -46,9 +49,51 @@ fn non_finite(v: &serde_yaml_ng::Value) -> Option<f64> {
     }
 }
 
+/// The longest object name git prints (a SHA-256 repository's, in hex); anything longer is not a commit.
+const MAX_COMMIT_CHARS: usize = 64;
+
+/// The commit the binary is built from, for `--version`: `git rev-parse --short HEAD` of this checkout;
+/// "unknown" when the source has no `.git` of its own (a crate tarball or an exported tree, which may sit
+/// inside some other repository) or git is missing or fails. Asks cargo to rebuild when HEAD moves.
+fn git_commit(root: &Path) -> String {
+    if !root.join(".git").exists() {
+        return "unknown".to_string();
+    }
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    // HEAD, the branch it names and the packed refs; a worktree's `.git` is a file naming its git directory,
+    // so the paths come from git. A path that does not exist is not watched (cargo would rerun every build).
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(branch);
+    }
+    for w in &watched {
+        if let Some(p) = git(&["rev-parse", "--git-path", w]) {
+            let p = root.join(p);
+            if p.exists() {
+                println!("cargo:rerun-if-changed={}", p.display());
+            }
+        }
+    }
+    git(&["rev-parse", "--short", "HEAD"])
+        .filter(|h| h.len() <= MAX_COMMIT_CHARS && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
 fn main() {
     let root =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    println!("cargo:rustc-env=OPTIMIZER_GIT_COMMIT={}", git_commit(&root));
     let profiles = root.join("profiles");
     println!("cargo:rerun-if-changed=profiles");
     let mut files = Vec::new();

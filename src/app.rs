@@ -284,14 +284,8 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     let spec = crate::model::load(&req.model)?;
     let set = sources.profiles()?;
     let workload = &set
-        .workload(&req.workload)
-        .ok_or_else(|| {
-            Failure::new(
-                exit::USAGE,
-                anyhow::anyhow!("no workload preset {:?}", req.workload),
-            )
-            .hint("`optimizer profiles list` shows the presets")
-        })?
+        .find_workload(&req.workload)
+        .map_err(|e| lookup_failure(e, "workloads"))?
         .value;
     let (mut inv, mut source, nodes) = match &req.hardware.cluster {
         Some(path) => {
@@ -337,6 +331,18 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     };
     let runtime = fleet.runtime;
     plan::resolve_fleet(&inputs, fleet).map_err(|e| plan_failure(e, &req.model, source, runtime))
+}
+
+/// A profile id that names nothing (or several): a usage error, exit code 2, pointing at the list of `kind`.
+pub fn lookup_failure(e: crate::profile::lookup::LookupError, kind: &str) -> Failure {
+    Failure::new(exit::USAGE, e).hint(format!(
+        "`optimizer profiles list --kind {kind}` shows every id{}",
+        if kind == "hardware" {
+            " and product name"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).
@@ -392,12 +398,10 @@ fn with_profiled_gpus(
     set: &ProfileSet,
 ) -> Result<Inventory, Failure> {
     let p = &set
-        .hardware(id)
-        .ok_or_else(|| {
-            Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))
-                .hint("`optimizer profiles list` shows every id")
-        })?
+        .find_hardware(id)
+        .map_err(|e| lookup_failure(e, "hardware"))?
         .value;
+    let id = p.id.as_str();
     if p.kind == DeviceKind::Soc && n > 1 {
         return Err(Failure::new(
             exit::USAGE,
@@ -500,11 +504,11 @@ fn estimate_machine(
     overhead: u64,
 ) -> Result<Machine, Failure> {
     if let Some((n, id)) = &req.hardware {
-        let p = set.hardware(id).ok_or_else(|| {
-            Failure::new(exit::USAGE, anyhow::anyhow!("no hardware profile {id:?}"))
-                .hint("`optimizer profiles list` shows every id")
-        })?;
-        let p = &p.value;
+        let p = &set
+            .find_hardware(id)
+            .map_err(|e| lookup_failure(e, "hardware"))?
+            .value;
+        let id = p.id.as_str();
         return Ok(match p.kind {
             DeviceKind::Gpu => {
                 notes.push(format!(

@@ -115,7 +115,8 @@ pub struct RawEstimate {
     /// Full-size cache for sliding-window layers.
     #[arg(long = "swa-full")]
     swa_full: bool,
-    /// Plan for a profiled machine instead of this one: ID or Nx:ID (e.g. 2x:rtx-3090, cpu-x86-64-avx2-ddr5-dual-channel).
+    /// Plan for a profiled machine instead of this one: ID or Nx:ID (e.g. 2x:rtx-3090, cpu-x86-64-avx2-ddr5-dual-channel);
+    /// the id in any case, or the product name `profiles list` shows ("RTX 4090").
     #[arg(long, conflicts_with = "inventory")]
     hardware: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]

@@ -19,14 +19,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 pub use crate::app::{Failure, Sources as Common, exit};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "optimizer",
-    version,
     about = "Decides how to run a machine-learning model on the hardware at hand, and says why."
 )]
 struct RawArgs {
@@ -124,8 +123,12 @@ enum RawProfilesCommand {
         /// Files or directories (default: the built-in set with its overlays).
         paths: Vec<PathBuf>,
     },
-    /// List every profile in force, with where it comes from.
+    /// List every profile in force with its key figures (hardware: memory, bandwidth, dense BF16/FP16 TFLOPS;
+    /// workloads: mode, objective, context; rules: kind, rows) and where it comes from.
     List {
+        /// Only this kind.
+        #[arg(long, value_enum)]
+        kind: Option<profiles::ListKind>,
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         format: OutputFormat,
     },
@@ -188,7 +191,7 @@ enum Command {
     Inspect(inspect::Settings),
     Probe(OutputFormat),
     ProfilesValidate(Vec<PathBuf>),
-    ProfilesList(OutputFormat),
+    ProfilesList(Option<profiles::ListKind>, OutputFormat),
     ProfilesShow(String, OutputFormat),
     Schema(String),
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
@@ -218,7 +221,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Probe { format } => Command::Probe(format),
         RawCommand::Profiles { command } => match command {
             RawProfilesCommand::Validate { paths } => Command::ProfilesValidate(paths),
-            RawProfilesCommand::List { format } => Command::ProfilesList(format),
+            RawProfilesCommand::List { kind, format } => Command::ProfilesList(kind, format),
             RawProfilesCommand::Show { id, format } => Command::ProfilesShow(id, format),
         },
         RawCommand::Measurements {
@@ -343,7 +346,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::Inspect(s) => inspect::run(&s),
         Command::Probe(format) => probe::run(&common, format),
         Command::ProfilesValidate(paths) => profiles::validate(&common, &paths),
-        Command::ProfilesList(format) => profiles::list(&common, format),
+        Command::ProfilesList(kind, format) => profiles::list(&common, kind, format),
         Command::ProfilesShow(id, format) => profiles::show(&common, &id, format),
         Command::MeasurementsImport(file, model, format) => {
             let done = crate::app::import_measurements(&common, &file, model.as_deref())?;
@@ -449,9 +452,48 @@ fn report(f: &Failure) {
     }
 }
 
+/// The commit the binary was built from (`build.rs`; "unknown" outside a git checkout).
+pub const GIT_COMMIT: &str = env!("OPTIMIZER_GIT_COMMIT");
+
+/// `-V`: the crate version and the commit.
+pub fn short_version() -> String {
+    format!("{} (commit {GIT_COMMIT})", env!("CARGO_PKG_VERSION"))
+}
+
+/// `--version`: [`short_version`] and the engine versions the plans follow (the memory models and launch
+/// artifacts are proven against these).
+pub fn long_version() -> String {
+    format!(
+        "{}\nplans follow the pinned engines:\n  {}\n  vLLM {}\n  torch stack: {}",
+        short_version(),
+        crate::memory::llama_cpp::ENGINE,
+        crate::memory::vllm::VERSION,
+        crate::memory::torch::STACK
+            .iter()
+            .map(|(name, version)| format!("{name} {version}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn parse<I, T>(args: I) -> Result<RawArgs, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    // clap takes `&'static str` (without its `string` feature): the strings are built once per process.
+    static SHORT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static LONG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let matches = RawArgs::command()
+        .version(SHORT.get_or_init(short_version).as_str())
+        .long_version(LONG.get_or_init(long_version).as_str())
+        .try_get_matches_from(args)?;
+    RawArgs::from_arg_matches(&matches)
+}
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let raw = match RawArgs::try_parse_from(estimate::llama_flags(std::env::args_os())) {
+    let raw = match parse(estimate::llama_flags(std::env::args_os())) {
         Ok(raw) => raw,
         Err(e) => {
             let code = if e.use_stderr() {

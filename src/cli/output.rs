@@ -193,6 +193,26 @@ fn keep_owner_and_mode(file: &File, old: &std::fs::Metadata) -> io::Result<()> {
     }
 }
 
+/// Where `-o` sends a document and in which format: `-o -` is stdout; a `.json` file gets JSON and any other
+/// destination YAML, unless `--format` names one.
+pub fn destination(
+    output: Option<PathBuf>,
+    format: Option<super::OutputFormat>,
+) -> (Option<PathBuf>, super::OutputFormat) {
+    use super::OutputFormat;
+    let output = output.filter(|p| p.as_os_str() != "-");
+    let format = format.unwrap_or_else(|| match &output {
+        Some(p)
+            if p.extension()
+                .is_some_and(|x| x.eq_ignore_ascii_case("json")) =>
+        {
+            OutputFormat::Json
+        }
+        _ => OutputFormat::Yaml,
+    });
+    (output, format)
+}
+
 /// `1536` → `1.50 KiB`, binary units as llama.cpp prints them.
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -261,6 +281,29 @@ mod tests {
         let mut same = || 7u64;
         let e = create_temp(dir.path(), "x", true, &mut same).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+    }
+
+    #[test]
+    fn dash_is_stdout_and_a_json_file_gets_json_unless_the_format_is_named() {
+        use crate::cli::OutputFormat::{Json, Table, Yaml};
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(destination(p("-"), None), (None, Yaml));
+        assert_eq!(destination(p("-"), Some(Json)), (None, Json));
+        assert_eq!(destination(None, None), (None, Yaml));
+        assert_eq!(destination(p("plan.json"), None), (p("plan.json"), Json));
+        assert_eq!(
+            destination(p("d/PLAN.JSON"), None),
+            (p("d/PLAN.JSON"), Json)
+        );
+        assert_eq!(
+            destination(p("plan.json"), Some(Yaml)),
+            (p("plan.json"), Yaml)
+        );
+        assert_eq!(destination(p("plan.yaml"), None), (p("plan.yaml"), Yaml));
+        assert_eq!(
+            destination(p("plan.txt"), Some(Table)),
+            (p("plan.txt"), Table)
+        );
     }
 
     #[test]

@@ -9,7 +9,8 @@ use clap::{Args, ValueEnum};
 
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::app::{Hardware, ResolveRequest};
-use crate::emit::{Deployment, Status};
+use crate::emit::{Deployment, Status, Strategy};
+use crate::evidence::Basis;
 use crate::plan::Overrides;
 use crate::profile::Objective;
 
@@ -34,12 +35,13 @@ pub struct RawResolve {
     /// config.json, its *.safetensors.index.json, or a single .safetensors file).
     #[arg(short = 'm', long)]
     model: PathBuf,
-    /// Workload preset id (`optimizer profiles list`): inference, chat, code-generation, batch-inference,
-    /// long-context, embedding.
+    /// Workload preset id, in any case (`optimizer profiles list --kind workloads`): inference, chat,
+    /// code-generation, batch-inference, long-context, embedding, fine-tune-lora, fine-tune-qlora, training.
     #[arg(short = 'w', long, default_value = "inference")]
     workload: String,
-    /// Plan for profiled GPUs instead of this machine's: ID or Nx:ID (e.g. a100-80gb-sxm, 2x:rtx-3090). The
-    /// CPU and RAM stay this machine's (or --inventory's).
+    /// Plan for profiled GPUs instead of this machine's: ID or Nx:ID (e.g. a100-80gb-sxm, 2x:rtx-3090), the id
+    /// in any case or the product name `profiles list` shows ("RTX 4090"). The CPU and RAM stay this machine's
+    /// (or --inventory's).
     #[arg(long)]
     hardware: Option<String>,
     /// Plan for a cluster description (`optimizer schema cluster`) instead of this machine: its node type,
@@ -69,11 +71,14 @@ pub struct RawResolve {
     /// Explain the decision in words on stderr.
     #[arg(long)]
     explain: bool,
-    /// Write the document to FILE atomically instead of stdout.
+    /// Write the document to FILE atomically instead of stdout (`-` is stdout); a FILE ending in .json gets
+    /// JSON unless --format says otherwise.
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Yaml)]
-    format: OutputFormat,
+    /// yaml (the default) or json: the document; table: a summary for people (the decision, memory per
+    /// device, predicted speed, alternatives).
+    #[arg(long, value_enum)]
+    format: Option<OutputFormat>,
 }
 
 #[derive(Debug)]
@@ -89,12 +94,7 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
         None => None,
         Some(h) => Some(super::parse_hardware(&h)?),
     };
-    if raw.format == OutputFormat::Table {
-        return Err(Failure::new(
-            exit::USAGE,
-            anyhow::anyhow!("resolve writes a document: --format yaml or json"),
-        ));
-    }
+    let (output, format) = super::output::destination(raw.output, raw.format);
     Ok(Settings {
         request: ResolveRequest {
             model: raw.model,
@@ -121,14 +121,76 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
             },
         },
         explain: raw.explain,
-        output: raw.output,
-        format: raw.format,
+        output,
+        format,
     })
 }
 
-fn explain(d: &Deployment) -> String {
-    use std::fmt::Write;
-    let mut o = String::new();
+/// Words for the objective, as the workload profiles write it.
+fn objective_word(o: Objective) -> &'static str {
+    match o {
+        Objective::Latency => "latency",
+        Objective::Throughput => "throughput",
+        Objective::Balanced => "balanced",
+    }
+}
+
+/// Words for how llama.cpp spreads the model.
+fn strategy_word(s: Strategy) -> &'static str {
+    match s {
+        Strategy::Gpu => "GPU",
+        Strategy::MultiGpu => "multi-GPU",
+        Strategy::Hybrid => "hybrid (GPU and CPU)",
+        Strategy::MoeCpu => "GPU with the MoE experts on the CPU",
+        Strategy::Cpu => "CPU",
+    }
+}
+
+/// Words for where the predicted speed comes from.
+fn basis_word(b: Basis) -> &'static str {
+    match b {
+        Basis::Analytic => "analytic",
+        Basis::Calibrated => "calibrated",
+        Basis::Measured => "measured",
+    }
+}
+
+/// `1 thread`, `4 threads`.
+fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / GIB
+}
+
+const GIB: f64 = 1073741824.0;
+
+/// The sentences of a decision, grouped so that `--explain` (all of them, in this order) and
+/// `--format table` (under headings, with memory as bars and the first alternatives) say the same thing.
+struct Explanation {
+    /// The configuration chosen (or the nearest one).
+    decision: Vec<String>,
+    /// The predicted speed.
+    speed: Vec<String>,
+    /// One line per latency target of the workload.
+    sla: Vec<String>,
+    /// One line per device.
+    memory: Vec<String>,
+    /// One line per candidate that lost, in the document's order.
+    alternatives: Vec<String>,
+    /// What would make a plan fit (only when nothing does).
+    suggestions: Vec<String>,
+}
+
+fn explanation(d: &Deployment) -> Explanation {
+    let mut decision = Vec::new();
+    let mut speed = Vec::new();
     let devices = d
         .topology
         .stages
@@ -143,39 +205,34 @@ fn explain(d: &Deployment) -> String {
     };
     let sequences = match &d.settings {
         crate::emit::Settings::LlamaCpp(s) => {
-            let _ = writeln!(
-                o,
-                "{verb} for workload {} ({:?}): {} {:?} with -ngl {} on {devices}, {} tokens per sequence x {} sequences (-c {}), -ub {}, KV {}/{}, flash attention {}, {} threads{}.",
+            decision.push(format!(
+                "{verb} for workload {} ({}): {} {} with -ngl {} on {devices}, {} per sequence x {} (-c {}), -ub {}, KV {}/{}, flash attention {}, {}{}.",
                 d.workload.preset,
-                d.workload.objective,
+                objective_word(d.workload.objective),
                 d.runtime.id.name(),
-                s.strategy,
+                strategy_word(s.strategy),
                 s.gpu_layers,
-                s.context_per_sequence,
-                s.parallel,
+                count(s.context_per_sequence, "token", "tokens"),
+                count(s.parallel, "sequence", "sequences"),
                 s.context_length,
                 s.ubatch_size,
                 s.cache_type_k,
                 s.cache_type_v,
-                if s.flash_attention { "on" } else { "off" },
-                s.threads,
+                on_off(s.flash_attention),
+                count(s.threads, "thread", "threads"),
                 if d.topology.data_parallel > 1 {
-                    format!(
-                        ", one replica on each of {} nodes",
-                        d.topology.data_parallel
-                    )
+                    format!(", one replica on each of {} nodes", d.topology.data_parallel)
                 } else {
                     String::new()
                 }
-            );
+            ));
             s.parallel
         }
         crate::emit::Settings::Vllm(s) => {
-            let _ = writeln!(
-                o,
-                "{verb} for workload {} ({:?}): {} with tensor parallel {} on {devices}{}, --max-model-len {}, --max-num-seqs {}, --max-num-batched-tokens {}, KV cache {} ({} tokens per GPU, {:.2}x concurrency at the full length), {}{}.",
+            decision.push(format!(
+                "{verb} for workload {} ({}): {} with tensor parallel {} on {devices}{}, --max-model-len {}, --max-num-seqs {}, --max-num-batched-tokens {}, KV cache {} ({} per GPU, {:.2}x concurrency at the full length), {}{}.",
                 d.workload.preset,
-                d.workload.objective,
+                objective_word(d.workload.objective),
                 d.runtime.id.name(),
                 s.tensor_parallel_size,
                 if s.replicas_per_node > 1 {
@@ -187,7 +244,7 @@ fn explain(d: &Deployment) -> String {
                 s.max_num_seqs,
                 s.max_num_batched_tokens,
                 s.kv_cache_dtype,
-                s.kv_cache_tokens,
+                count(s.kv_cache_tokens, "token", "tokens"),
                 s.max_concurrency,
                 if s.enforce_eager {
                     "eager (no CUDA graphs)"
@@ -199,13 +256,12 @@ fn explain(d: &Deployment) -> String {
                 } else {
                     String::new()
                 }
-            );
+            ));
             s.max_num_seqs
         }
         crate::emit::Settings::Torch(s) => {
-            let _ = writeln!(
-                o,
-                "{verb} for workload {}: {} training in {} on {} ({} process(es){}{}), micro-batch {} x {} tokens, {} accumulation step(s) to {} sequences per step, gradient checkpointing {}, {}, attention {} ({}).",
+            decision.push(format!(
+                "{verb} for workload {}: {} training in {} on {} ({}{}{}), micro-batch {} x {}, {} to {} per step, gradient checkpointing {}, {}, attention {} ({}).",
                 d.workload.preset,
                 s.method,
                 s.precision,
@@ -216,7 +272,7 @@ fn explain(d: &Deployment) -> String {
                     .map(|g| g.device.as_str())
                     .collect::<Vec<_>>()
                     .join("+"),
-                s.data_parallel,
+                count(s.data_parallel, "process", "processes"),
                 match s.zero_stage {
                     0 => String::new(),
                     z => format!(", DeepSpeed ZeRO-{z}"),
@@ -227,111 +283,289 @@ fn explain(d: &Deployment) -> String {
                     String::new()
                 },
                 s.micro_batch,
-                s.sequence_length,
-                s.gradient_accumulation_steps,
-                s.global_batch,
-                if s.gradient_checkpointing {
-                    "on"
-                } else {
-                    "off"
-                },
+                count(s.sequence_length, "token", "tokens"),
+                count(s.gradient_accumulation_steps, "accumulation step", "accumulation steps"),
+                count(s.global_batch, "sequence", "sequences"),
+                on_off(s.gradient_checkpointing),
                 s.optimizer,
                 s.attn_implementation,
                 s.attention_kernel
-            );
+            ));
             if let Some(t) = &d.performance.training {
-                let _ = writeln!(
-                    o,
-                    "Predicted ({:?}): {:.0} tokens/s trained, {:.1} s per optimizer step ({:.1} ms of it communication), {:.2e} FLOPs per token at efficiency {:.2}.",
-                    d.performance.basis,
+                speed.push(format!(
+                    "Predicted ({}): {:.0} tokens/s trained, {:.1} s per optimizer step ({:.1} ms of it communication), {:.2e} FLOPs per token at efficiency {:.2}.",
+                    basis_word(d.performance.basis),
                     t.tokens_per_s,
                     t.step_time_ms / 1e3,
                     t.communication_ms,
                     t.flops_per_token,
                     t.efficiency
-                );
+                ));
             }
             0
         }
     };
     if d.performance.training.is_none() {
-        let _ = writeln!(
-            o,
-            "Predicted ({:?}): {:.1} ms to first token, {:.1} ms per output token, {:.1} tokens/s decode over {} sequences, {:.0} tokens/s prefill.",
-            d.performance.basis,
+        speed.push(format!(
+            "Predicted ({}): {:.1} ms to first token, {:.1} ms per output token, {:.1} tokens/s decode over {}, {:.0} tokens/s prefill.",
+            basis_word(d.performance.basis),
             d.performance.time_to_first_token_ms,
             d.performance.time_per_output_token_ms,
             d.performance.decode_tokens_per_s,
-            sequences,
+            count(sequences, "sequence", "sequences"),
             d.performance.prefill_tokens_per_s
-        );
+        ));
     }
-    for c in &d.performance.sla {
-        let _ = writeln!(
-            o,
-            "SLA {}: {} (predicted {:.1} ms, target {:.1} ms, margin {:+.1} ms).",
-            c.target.replace('_', " "),
-            match c.status {
-                crate::emit::SlaStatus::Met => "met",
-                crate::emit::SlaStatus::Missed => "MISSED",
-            },
-            c.predicted_ms,
-            c.target_ms,
-            c.margin_ms
-        );
+    let sla = d
+        .performance
+        .sla
+        .iter()
+        .map(|c| {
+            format!(
+                "SLA {}: {} (predicted {:.1} ms, target {:.1} ms, margin {:+.1} ms).",
+                c.target.replace('_', " "),
+                match c.status {
+                    crate::emit::SlaStatus::Met => "met",
+                    crate::emit::SlaStatus::Missed => "MISSED",
+                },
+                c.predicted_ms,
+                c.target_ms,
+                c.margin_ms
+            )
+        })
+        .collect();
+    let memory = d
+        .memory
+        .devices
+        .iter()
+        .map(|m| {
+            format!(
+                "Memory on {}: {:.2} GiB of {:.2} GiB free ({:.2} GiB reserved by the rules).",
+                m.device,
+                gib(m.total_bytes),
+                gib(m.capacity_bytes),
+                gib(m.reserve_bytes)
+            )
+        })
+        .collect();
+    let alternatives = d
+        .alternatives
+        .iter()
+        .map(|a| match &a.settings {
+            crate::emit::Settings::LlamaCpp(s) => format!(
+                "Also considered {} -ngl {}, {} x {}: {}.",
+                strategy_word(s.strategy),
+                s.gpu_layers,
+                count(s.context_per_sequence, "token", "tokens"),
+                count(s.parallel, "sequence", "sequences"),
+                a.why
+            ),
+            crate::emit::Settings::Vllm(s) => format!(
+                "Also considered tensor parallel {}, KV {}, {} x {}{}: {}.",
+                s.tensor_parallel_size,
+                s.kv_cache_dtype,
+                count(s.max_model_len, "token", "tokens"),
+                count(s.max_num_seqs, "sequence", "sequences"),
+                if s.enforce_eager { ", eager" } else { "" },
+                a.why
+            ),
+            crate::emit::Settings::Torch(s) => format!(
+                "Also considered {} ZeRO-{} (offload {}), micro-batch {}, checkpointing {}: {}.",
+                s.method,
+                s.zero_stage,
+                s.offload,
+                s.micro_batch,
+                on_off(s.gradient_checkpointing),
+                a.why
+            ),
+        })
+        .collect();
+    let suggestions = d
+        .suggestions
+        .iter()
+        .map(|s| format!("To fit: {s}."))
+        .collect();
+    Explanation {
+        decision,
+        speed,
+        sla,
+        memory,
+        alternatives,
+        suggestions,
     }
-    for m in &d.memory.devices {
-        let _ = writeln!(
-            o,
-            "Memory on {}: {:.2} GiB of {:.2} GiB free ({:.2} GiB reserved by the rules).",
-            m.device,
-            m.total_bytes as f64 / 1073741824.0,
-            m.capacity_bytes as f64 / 1073741824.0,
-            m.reserve_bytes as f64 / 1073741824.0
-        );
+}
+
+/// `--explain`: every sentence, one a line.
+fn explain(d: &Deployment) -> String {
+    let e = explanation(d);
+    let mut o = String::new();
+    for line in e
+        .decision
+        .iter()
+        .chain(&e.speed)
+        .chain(&e.sla)
+        .chain(&e.memory)
+        .chain(&e.alternatives)
+        .chain(&e.suggestions)
+    {
+        o.push_str(line);
+        o.push('\n');
     }
-    for a in &d.alternatives {
-        match &a.settings {
-            crate::emit::Settings::LlamaCpp(s) => {
-                let _ = writeln!(
-                    o,
-                    "Also considered {:?} -ngl {}, {} tokens x {} sequences: {}.",
-                    s.strategy, s.gpu_layers, s.context_per_sequence, s.parallel, a.why
-                );
-            }
-            crate::emit::Settings::Vllm(s) => {
-                let _ = writeln!(
-                    o,
-                    "Also considered tensor parallel {}, KV {}, {} tokens x {} sequences{}: {}.",
-                    s.tensor_parallel_size,
-                    s.kv_cache_dtype,
-                    s.max_model_len,
-                    s.max_num_seqs,
-                    if s.enforce_eager { ", eager" } else { "" },
-                    a.why
-                );
-            }
-            crate::emit::Settings::Torch(s) => {
-                let _ = writeln!(
-                    o,
-                    "Also considered {} ZeRO-{} (offload {}), micro-batch {}, checkpointing {}: {}.",
-                    s.method,
-                    s.zero_stage,
-                    s.offload,
-                    s.micro_batch,
-                    if s.gradient_checkpointing {
-                        "on"
-                    } else {
-                        "off"
-                    },
-                    a.why
-                );
+    o
+}
+
+/// Characters of a memory bar: wide enough to show a 1 GiB reserve on an 80 GiB GPU as a cell, narrow enough
+/// for the line (device, bar, figures) to fit 100 columns.
+const BAR_CELLS: usize = 30;
+
+/// Alternatives the summary lists; the document and `--explain` carry all of them.
+const TABLE_ALTERNATIVES: usize = 3;
+
+/// `[#####--.......]`: `#` the plan's memory, `-` the rules' reserve, `.` spare, of the memory the plan may use;
+/// `!` in the last cell when the two together exceed it.
+fn bar(used: u64, reserve: u64, capacity: u64) -> String {
+    let cells = |b: u64| {
+        if capacity == 0 {
+            BAR_CELLS
+        } else {
+            ((b as f64 / capacity as f64) * BAR_CELLS as f64).round() as usize
+        }
+    };
+    let over = used.saturating_add(reserve) > capacity;
+    let u = cells(used).min(BAR_CELLS);
+    let r = cells(reserve).min(BAR_CELLS - u);
+    let mut s = String::with_capacity(BAR_CELLS + 2);
+    s.push('[');
+    s.push_str(&"#".repeat(u));
+    s.push_str(&"-".repeat(r));
+    s.push_str(&".".repeat(BAR_CELLS - u - r));
+    if over {
+        s.pop();
+        s.push('!');
+    }
+    s.push(']');
+    s
+}
+
+/// `8.03 B`, `125.0 M`: parameter counts as model cards write them.
+fn parameters(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2} B", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1} M", n / 1e6)
+    } else {
+        format!("{:.1} K", n / 1e3)
+    }
+}
+
+/// `--format table`: the decision for people to read, from the same sentences as `--explain`.
+fn table(d: &Deployment) -> String {
+    use std::fmt::Write;
+    let e = explanation(d);
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Status:   {}",
+        match d.status {
+            Status::Fits => "fits",
+            Status::NoFit => "NOTHING FITS (exit code 3); below is the nearest candidate",
+        }
+    );
+    let _ = writeln!(
+        o,
+        "Model:    {} ({} {}, {} parameters, {})",
+        d.model.path,
+        d.model.format,
+        d.model.architecture,
+        parameters(d.model.parameter_count),
+        super::output::human_bytes(d.model.tensor_bytes)
+    );
+    let gpus: Vec<String> = d
+        .hardware
+        .gpus
+        .iter()
+        .map(|g| format!("{} {}", g.device, g.name))
+        .collect();
+    let _ = writeln!(
+        o,
+        "Hardware: {}{} (from the {})",
+        d.hardware.cpu.model,
+        if gpus.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", gpus.join(", "))
+        },
+        d.hardware.source
+    );
+    let _ = writeln!(
+        o,
+        "Runtime:  {}",
+        if d.runtime.engine.contains(&d.runtime.version) {
+            d.runtime.engine.clone()
+        } else {
+            format!("{} {}", d.runtime.engine, d.runtime.version)
+        }
+    );
+    let section = |o: &mut String, title: &str, lines: &[String]| {
+        if !lines.is_empty() {
+            let _ = writeln!(o, "\n{title}");
+            for l in lines {
+                let _ = writeln!(o, "  {l}");
             }
         }
-    }
-    for s in &d.suggestions {
-        let _ = writeln!(o, "To fit: {s}.");
-    }
+    };
+    section(&mut o, "Decision", &e.decision);
+    let w = d
+        .memory
+        .devices
+        .iter()
+        .map(|m| m.device.len())
+        .max()
+        .unwrap_or(0);
+    let memory: Vec<String> = d
+        .memory
+        .devices
+        .iter()
+        .map(|m| {
+            let needed = m.total_bytes.saturating_add(m.reserve_bytes);
+            format!(
+                "{:<w$} {} {:.2} GiB used + {:.2} GiB reserve of {:.2} GiB free, {}",
+                m.device,
+                bar(m.total_bytes, m.reserve_bytes, m.capacity_bytes),
+                gib(m.total_bytes),
+                gib(m.reserve_bytes),
+                gib(m.capacity_bytes),
+                if needed <= m.capacity_bytes {
+                    format!("{:.2} GiB spare", gib(m.capacity_bytes - needed))
+                } else {
+                    format!("OVER by {:.2} GiB", gib(needed - m.capacity_bytes))
+                }
+            )
+        })
+        .collect();
+    section(
+        &mut o,
+        "Memory (# used, - reserved by the rules, . spare)",
+        &memory,
+    );
+    let speed: Vec<String> = e.speed.iter().chain(&e.sla).cloned().collect();
+    section(&mut o, "Speed", &speed);
+    let shown = e.alternatives.len().min(TABLE_ALTERNATIVES);
+    section(
+        &mut o,
+        &if shown < e.alternatives.len() {
+            format!(
+                "Alternatives ({shown} of {}; --explain lists all)",
+                e.alternatives.len()
+            )
+        } else {
+            "Alternatives".to_string()
+        },
+        &e.alternatives[..shown],
+    );
+    let suggestions: Vec<String> = d.suggestions.iter().map(|s| format!("{s}.")).collect();
+    section(&mut o, "To fit", &suggestions);
     o
 }
 
@@ -340,7 +574,10 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     if s.explain {
         let _ = std::io::stderr().write_all(explain(&doc).as_bytes());
     }
-    let text = render(&doc, s.format)?;
+    let text = match s.format {
+        OutputFormat::Table => table(&doc),
+        f => render(&doc, f)?,
+    };
     match &s.output {
         Some(p) => super::output::write_file(p, &text)?,
         None => write_stdout(&text)?,
@@ -354,4 +591,35 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1u32, "thread", "threads"), "1 thread");
+        assert_eq!(count(0u32, "thread", "threads"), "0 threads");
+        assert_eq!(count(16u32, "thread", "threads"), "16 threads");
+    }
+
+    #[test]
+    fn bars_show_used_reserve_and_spare_and_mark_an_overflow() {
+        const G: u64 = 1 << 30;
+        assert_eq!(bar(0, 0, 10 * G), format!("[{}]", ".".repeat(BAR_CELLS)));
+        // A third used, a tenth reserved: 10 and 3 of 30 cells.
+        assert_eq!(
+            bar(10 * G, 3 * G, 30 * G),
+            format!("[{}{}{}]", "#".repeat(10), "-".repeat(3), ".".repeat(17))
+        );
+        // Used and reserve past the capacity: full, the last cell `!`.
+        assert_eq!(
+            bar(29 * G, 3 * G, 30 * G),
+            format!("[{}{}!]", "#".repeat(29), "")
+        );
+        assert_eq!(bar(40 * G, 0, 30 * G), format!("[{}!]", "#".repeat(29)));
+        // No memory to use at all.
+        assert_eq!(bar(1, 0, 0), format!("[{}!]", "#".repeat(29)));
+    }
 }

@@ -29,6 +29,7 @@
 //! Trade-off: conflicting rows are refused rather than resolved by file order, so an overlay cannot shadow a
 //! built-in row silently, at the cost of copying a whole table to change one row of it.
 
+pub mod lookup;
 pub mod matching;
 pub mod rulebook;
 pub mod types;
