@@ -370,10 +370,17 @@ fn explanation(d: &Deployment) -> Explanation {
                 a.why
             ),
             crate::emit::Settings::Torch(s) => format!(
-                "Also considered {} ZeRO-{} (offload {}), micro-batch {}, checkpointing {}: {}.",
+                "Also considered {} {}{}, micro-batch {}, checkpointing {}: {}.",
                 s.method,
-                s.zero_stage,
-                s.offload,
+                match s.zero_stage {
+                    0 => "without ZeRO".to_string(),
+                    z => format!("with ZeRO-{z}"),
+                },
+                if s.offload == "none" {
+                    String::new()
+                } else {
+                    format!(" and the {} offloaded", s.offload)
+                },
                 s.micro_batch,
                 on_off(s.gradient_checkpointing),
                 a.why

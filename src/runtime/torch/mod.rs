@@ -1244,7 +1244,11 @@ impl Torch<'_> {
                 ),
             },
         );
-        put("settings.torch_compile", Source::Heuristic, self.compile(p).1);
+        put(
+            "settings.torch_compile",
+            Source::Heuristic,
+            self.compile(p).1,
+        );
         if p.method != Method::Full {
             if p.method == self.method && self.lora_rank > 0 {
                 put(
