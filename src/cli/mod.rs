@@ -113,6 +113,14 @@ enum RawCommand {
         /// Schema name.
         name: String,
     },
+    /// Print a shell completion script: `optimizer completions bash > ~/.local/share/bash-completion/completions/optimizer`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `optimizer man > optimizer.1 && man ./optimizer.1`.
+    Man,
 }
 
 #[derive(Debug, Subcommand)]
@@ -194,6 +202,8 @@ enum Command {
     ProfilesList(Option<profiles::ListKind>, OutputFormat),
     ProfilesShow(String, OutputFormat),
     Schema(String),
+    Completions(clap_complete::Shell),
+    Man,
     MeasurementsImport(PathBuf, Option<PathBuf>, OutputFormat),
     MeasurementsList(OutputFormat),
     MeasurementsExport,
@@ -273,6 +283,8 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
         RawCommand::Calibrate(raw) => Command::Calibrate(calibrate::settle(raw)),
         RawCommand::Bench(raw) => Command::Bench(bench::settle(raw)?),
+        RawCommand::Completions { shell } => Command::Completions(shell),
+        RawCommand::Man => Command::Man,
         RawCommand::Schema { name } => {
             if crate::schema::by_name(&name).is_none() {
                 let names: Vec<&str> = crate::schema::NAMES.iter().map(|(n, _)| *n).collect();
@@ -438,6 +450,23 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::Calibrate(mode) => calibrate::run(&common, &mode),
         Command::Bench(s) => bench::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
+        Command::Completions(shell) => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut RawArgs::command(), "optimizer", &mut buf);
+            write_stdout(&String::from_utf8_lossy(&buf))
+        }
+        Command::Man => {
+            let mut buf = Vec::new();
+            clap_mangen::Man::new(RawArgs::command())
+                .render(&mut buf)
+                .map_err(|e| {
+                    Failure::new(
+                        exit::RUNTIME,
+                        anyhow::Error::new(e).context("rendering the manual page"),
+                    )
+                })?;
+            write_stdout(&String::from_utf8_lossy(&buf))
+        }
     }
 }
 
