@@ -452,12 +452,12 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),
         Command::Completions(shell) => {
             let mut buf = Vec::new();
-            clap_complete::generate(shell, &mut command(), "optimizer", &mut buf);
+            clap_complete::generate(shell, &mut cli_command(), "optimizer", &mut buf);
             write_stdout(&String::from_utf8_lossy(&buf))
         }
         Command::Man => {
             let mut buf = Vec::new();
-            clap_mangen::Man::new(command())
+            clap_mangen::Man::new(cli_command())
                 .render(&mut buf)
                 .map_err(|e| {
                     Failure::new(
@@ -511,12 +511,12 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     // clap takes `&'static str` (without its `string` feature): the strings are built once per process.
-    let matches = command().try_get_matches_from(args)?;
+    let matches = cli_command().try_get_matches_from(args)?;
     RawArgs::from_arg_matches(&matches)
 }
 
 /// The command-line definition with its versions (for parsing, completions and the manual page).
-fn command() -> clap::Command {
+fn cli_command() -> clap::Command {
     // clap takes `&'static str` (without its `string` feature): the strings are built once per process.
     static SHORT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static LONG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
