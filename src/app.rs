@@ -13,7 +13,7 @@ use crate::evidence::Evidence;
 use crate::hardware::Inventory;
 use crate::memory::llama_cpp::{self, Estimate, GpuTarget, Machine, Params};
 use crate::plan::{self, Inputs, Overrides, PlanError};
-use crate::profile::{DeviceKind, Diagnostic, ProfileSet};
+use crate::profile::{DeviceKind, Diagnostic, ProfileSet, ReserveTarget, RuntimeId};
 
 /// Exit codes of the `optimizer` binary.
 pub mod exit {
@@ -494,6 +494,164 @@ pub fn estimate(sources: &Sources, req: &EstimateRequest) -> Result<Estimate, Fa
     })?;
     est.notes.extend(notes);
     Ok(est)
+}
+
+/// What `estimate --sweep` varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SweepAxis {
+    /// `-c`: the context, from 512 by doublings up to the model's trained context.
+    Context,
+    /// `-np`: parallel sequences, from 1 by doublings up to llama.cpp's `LLAMA_MAX_SEQ`.
+    Parallel,
+}
+
+/// One value of the sweep: each device's total.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SweepRow {
+    pub value: u32,
+    /// Total bytes per device, in the estimate's device order.
+    pub totals: Vec<u64>,
+    /// Notes the estimate made at this value (clamped context, refused flags).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// A device of the sweep: what it may hold and the largest swept value that fits it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SweepDevice {
+    pub device: String,
+    /// Free memory less the llama.cpp memory-reserve rules (GPUs), or available memory less the OS reserve
+    /// (host); absent when not known (a profiled GPU's host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub room_bytes: Option<u64>,
+    /// The largest swept value whose total fits the room; absent when none does or the room is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_fit: Option<u32>,
+}
+
+/// `estimate --sweep`: the memory table users keep asking for.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Sweep {
+    pub axis: SweepAxis,
+    pub devices: Vec<SweepDevice>,
+    pub rows: Vec<SweepRow>,
+}
+
+/// Smallest context a sweep starts at: llama.cpp's own floor for a usable context is 256 tokens per sequence
+/// (common/arg.cpp clamps `-c` below it), and 512 is the first power of two a chat turn fits.
+pub const SWEEP_MIN_CONTEXT: u32 = 512;
+
+/// `estimate --sweep context|parallel`: the estimate at each value of the axis (the other flags as given), and
+/// the largest value that fits each device.
+pub fn estimate_sweep(
+    sources: &Sources,
+    req: &EstimateRequest,
+    axis: SweepAxis,
+) -> Result<Sweep, Failure> {
+    let spec = crate::model::load(&req.model)?;
+    let set = sources.profiles()?;
+    let mut notes = Vec::new();
+    let (overhead, _) = set.llama_cpp_gpu_overhead();
+    let m = estimate_machine(sources, req, &set, &mut notes, overhead)?;
+    let values: Vec<u32> = match axis {
+        SweepAxis::Context => {
+            let trained = spec
+                .hparams
+                .context_length
+                .and_then(|c| u32::try_from(c).ok())
+                .filter(|&c| c > 0)
+                .unwrap_or(SWEEP_MIN_CONTEXT)
+                .min(llama_cpp::MAX_CTX_FLAG);
+            let mut v: Vec<u32> =
+                std::iter::successors(Some(SWEEP_MIN_CONTEXT), |&c| c.checked_mul(2))
+                    .take_while(|&c| c < trained)
+                    .collect();
+            v.push(trained);
+            v
+        }
+        SweepAxis::Parallel => std::iter::successors(Some(1u32), |&n| n.checked_mul(2))
+            .take_while(|&n| n <= llama_cpp::MAX_SEQ)
+            .collect(),
+    };
+    let mut rows = Vec::with_capacity(values.len());
+    let mut names: Vec<String> = Vec::new();
+    for &v in &values {
+        let mut params = req.params.clone();
+        match axis {
+            SweepAxis::Context => params.n_ctx = v,
+            SweepAxis::Parallel => params.n_parallel = v,
+        }
+        let est = llama_cpp::estimate(&spec, &params, &m).map_err(|e| {
+            if e.is_model_defect() {
+                Failure::new(
+                    exit::INVALID_INPUT,
+                    anyhow::anyhow!("{}: {e}", req.model.display()),
+                )
+            } else {
+                Failure::new(exit::USAGE, e)
+            }
+        })?;
+        if names.is_empty() {
+            names = est.devices.iter().map(|d| d.device.clone()).collect();
+        }
+        rows.push(SweepRow {
+            value: v,
+            totals: est.devices.iter().map(|d| d.total_bytes).collect(),
+            notes: est.notes,
+        });
+    }
+    // Room per device: GPUs by their free memory less llama.cpp's reserve rules; the host by the inventory's
+    // available memory less the OS reserve, when the host is this machine (or its inventory).
+    let host_room = if req.hardware.is_none() {
+        let (inv, _) = sources.inventory()?;
+        let (reserve, _) = set
+            .reserve(
+                ReserveTarget::Cpu,
+                RuntimeId::LlamaCpp,
+                inv.memory.available_bytes,
+            )
+            .map_err(|e| Failure::new(exit::INVALID_INPUT, anyhow::anyhow!("{e}")))?;
+        Some(inv.memory.available_bytes.saturating_sub(reserve))
+    } else {
+        None
+    };
+    let mut devices = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let room = if name == "cpu" {
+            host_room
+        } else {
+            let gpu = name
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .and_then(|n| m.gpus.get(n));
+            match gpu {
+                Some(g) => {
+                    let (reserve, _) = set
+                        .reserve(ReserveTarget::Gpu, RuntimeId::LlamaCpp, g.free_bytes)
+                        .map_err(|e| Failure::new(exit::INVALID_INPUT, anyhow::anyhow!("{e}")))?;
+                    Some(g.free_bytes.saturating_sub(reserve))
+                }
+                None => None,
+            }
+        };
+        let largest_fit = room.and_then(|r| {
+            rows.iter()
+                .filter(|row| row.totals.get(i).is_some_and(|&t| t <= r))
+                .map(|row| row.value)
+                .max()
+        });
+        devices.push(SweepDevice {
+            device: name.clone(),
+            room_bytes: room,
+            largest_fit,
+        });
+    }
+    Ok(Sweep {
+        axis,
+        devices,
+        rows,
+    })
 }
 
 fn estimate_machine(

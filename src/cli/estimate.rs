@@ -121,6 +121,16 @@ pub struct RawEstimate {
     hardware: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
+    /// Estimate at every value of one flag instead of one: `context` (-c from 512 by doublings to the trained
+    /// context) or `parallel` (-np from 1 by doublings to 256), marking the largest that fits each device.
+    #[arg(long, value_enum)]
+    sweep: Option<RawSweep>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RawSweep {
+    Context,
+    Parallel,
 }
 
 #[derive(Debug)]
@@ -129,6 +139,7 @@ pub struct Settings {
     params: Params,
     hardware: Option<(u32, String)>,
     format: OutputFormat,
+    sweep: Option<crate::app::SweepAxis>,
 }
 
 fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
@@ -200,10 +211,30 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
         },
         hardware,
         format: raw.format,
+        sweep: raw.sweep.map(|a| match a {
+            RawSweep::Context => crate::app::SweepAxis::Context,
+            RawSweep::Parallel => crate::app::SweepAxis::Parallel,
+        }),
     })
 }
 
 pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+    if let Some(axis) = s.sweep {
+        let sweep = crate::app::estimate_sweep(
+            common,
+            &crate::app::EstimateRequest {
+                model: s.model.clone(),
+                params: s.params.clone(),
+                hardware: s.hardware.clone(),
+            },
+            axis,
+        )?;
+        let text = match s.format {
+            OutputFormat::Table => sweep_table(&sweep),
+            f => render(&sweep, f)?,
+        };
+        return write_stdout(&text);
+    }
     let est = crate::app::estimate(
         common,
         &crate::app::EstimateRequest {
@@ -258,6 +289,63 @@ fn table(e: &Estimate) -> String {
     }
     let _ = writeln!(o, "{:<8} {:>103}", "total", human_bytes(e.total_bytes));
     for n in &e.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    o
+}
+
+/// The sweep as a table: one row per value, each device's total, `*` on the largest value that fits it.
+fn sweep_table(sw: &crate::app::Sweep) -> String {
+    let mut o = String::new();
+    let flag = match sw.axis {
+        crate::app::SweepAxis::Context => "-c",
+        crate::app::SweepAxis::Parallel => "-np",
+    };
+    let _ = write!(o, "{flag:>8}");
+    for d in &sw.devices {
+        let _ = write!(o, " {:>13}", d.device);
+    }
+    let _ = writeln!(o);
+    for row in &sw.rows {
+        let _ = write!(o, "{:>8}", row.value);
+        for (i, d) in sw.devices.iter().enumerate() {
+            let t = row.totals.get(i).copied().unwrap_or(0);
+            let mark = if d.largest_fit == Some(row.value) {
+                "*"
+            } else {
+                " "
+            };
+            let _ = write!(o, " {:>12}{mark}", human_bytes(t));
+        }
+        let _ = writeln!(o);
+    }
+    for d in &sw.devices {
+        match (d.room_bytes, d.largest_fit) {
+            (Some(r), Some(v)) => {
+                let _ = writeln!(
+                    o,
+                    "{}: the largest that fits is {flag} {v} ({} free after the reserve rules)",
+                    d.device,
+                    human_bytes(r)
+                );
+            }
+            (Some(r), None) => {
+                let _ = writeln!(
+                    o,
+                    "{}: nothing swept fits its {} (free after the reserve rules)",
+                    d.device,
+                    human_bytes(r)
+                );
+            }
+            (None, _) => {
+                let _ = writeln!(o, "{}: its free memory is not known here", d.device);
+            }
+        }
+    }
+    let mut notes: Vec<&String> = sw.rows.iter().flat_map(|r| r.notes.iter()).collect();
+    notes.sort();
+    notes.dedup();
+    for n in notes {
         let _ = writeln!(o, "note: {n}");
     }
     o
