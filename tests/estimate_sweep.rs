@@ -112,3 +112,53 @@ fn a_parallel_sweep_doubles_to_llama_cpps_sequence_limit_and_the_table_marks_the
         "{t}"
     );
 }
+
+/// A pasted llama-server command line: flags that do not change memory are accepted and named in a note, with
+/// the same totals as without them; `-ngl all` is every layer and `-ngl auto` too, with a note that llama.cpp
+/// fits the count at start-up. Other subcommands keep refusing those flags.
+#[test]
+fn a_pasted_llama_server_line_is_accepted_with_its_memory_free_flags_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let hw = ["--hardware", "rtx-4060", "-c", "4096"];
+    let plain = json(&[&hw[..], &["-ngl", "-1"]].concat(), &m);
+    let pasted = json(
+        &[
+            &hw[..],
+            &[
+                "-ngl",
+                "all",
+                "--host",
+                "0.0.0.0",
+                "--port=8080",
+                "-t",
+                "8",
+                "--jinja",
+                "-a",
+                "my model",
+            ],
+        ]
+        .concat(),
+        &m,
+    );
+    assert_eq!(pasted["devices"], plain["devices"]);
+    let notes = pasted["notes"].to_string();
+    for f in [
+        "--host 0.0.0.0",
+        "--port 8080",
+        "-t 8",
+        "--jinja",
+        "-a my model",
+    ] {
+        assert!(notes.contains(f), "{f}: {notes}");
+    }
+    let auto = json(&[&hw[..], &["-ngl", "auto"]].concat(), &m);
+    assert_eq!(auto["devices"], plain["devices"]);
+    assert!(auto["notes"].to_string().contains("-ngl auto"));
+    let o = common::bin_on("laptop-rtx4060.yaml")
+        .args(["inspect", "--host", "0.0.0.0"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 2);
+}

@@ -12,9 +12,107 @@ use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::memory::llama_cpp::{CACHE_TYPES, Estimate, FlashAttn, Params};
 use crate::model::GgmlType;
 
+/// llama-server flags a pasted command line may hold that do not change memory, and whether each takes a value:
+/// `estimate` accepts them and says it ignored them (common/arg.cpp of the pinned engine names them all).
+const NO_MEMORY_EFFECT: &[(&str, bool)] = &[
+    ("--host", true),
+    ("--port", true),
+    ("-t", true),
+    ("--threads", true),
+    ("-tb", true),
+    ("--threads-batch", true),
+    ("-a", true),
+    ("--alias", true),
+    ("--api-key", true),
+    ("--api-key-file", true),
+    ("--timeout", true),
+    ("--seed", true),
+    ("-s", true),
+    ("--temp", true),
+    ("--top-k", true),
+    ("--top-p", true),
+    ("--min-p", true),
+    ("-n", true),
+    ("--n-predict", true),
+    ("--chat-template", true),
+    ("--log-file", true),
+    ("--jinja", false),
+    ("--metrics", false),
+    ("--slots", false),
+    ("--no-webui", false),
+    ("--props", false),
+    ("-v", false),
+    ("--verbose", false),
+    ("--log-disable", false),
+    ("--no-warmup", false),
+];
+
+/// Rewrites a pasted llama-server command line for `estimate`: the flags in [`NO_MEMORY_EFFECT`] (with their
+/// values) become `--ignored FLAG[=VALUE]`, which `estimate` reports, and `-ngl all|auto` become `-1` (every
+/// layer; for `auto` the estimate says llama.cpp would fit the count at start-up). Only `estimate`'s own
+/// arguments are touched.
+fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
+    let Some(at) = args.iter().position(|a| a == "estimate") else {
+        return args;
+    };
+    let mut out: Vec<OsString> = args[..=at].to_vec();
+    let mut it = args.into_iter().skip(at + 1).peekable();
+    while let Some(a) = it.next() {
+        let Some(s) = a.to_str().map(str::to_string) else {
+            out.push(a);
+            continue;
+        };
+        let (flag, inline) = match s.split_once('=') {
+            Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
+            _ => (s.clone(), None),
+        };
+        if let Some(&(_, takes)) = NO_MEMORY_EFFECT.iter().find(|(f, _)| *f == flag) {
+            let value = match (takes, inline) {
+                (true, Some(v)) => Some(v),
+                (true, None) => it.next().and_then(|v| v.into_string().ok()),
+                (false, _) => None,
+            };
+            out.push("--ignored".into());
+            out.push(match value {
+                Some(v) => format!("{flag} {v}").into(),
+                None => flag.into(),
+            });
+            continue;
+        }
+        if flag == "--n-gpu-layers" || flag == "-ngl" || flag == "--gpu-layers" {
+            let value = match inline {
+                Some(v) => Some(v),
+                None => it.peek().and_then(|v| v.to_str()).map(str::to_string),
+            };
+            if let Some(v @ ("all" | "auto")) = value.as_deref() {
+                if v == "auto" {
+                    out.push("--ignored".into());
+                    out.push("-ngl auto (llama.cpp fits the layer count to free memory at start-up; estimated with every layer on the GPUs)".into());
+                }
+                out.push("--n-gpu-layers".into());
+                out.push("-1".into());
+                if flag_value_was_separate(&s) {
+                    it.next();
+                }
+                continue;
+            }
+        }
+        out.push(a);
+    }
+    out
+}
+
+/// Whether a flag token carries no `=value` (its value is the next token).
+fn flag_value_was_separate(token: &str) -> bool {
+    !token.contains('=')
+}
+
 /// llama.cpp spells several short flags with more than one letter (`-ub`, `-ngl`); clap's short flags are one
-/// letter, so those tokens are rewritten to their long forms before parsing.
+/// letter, so those tokens are rewritten to their long forms before parsing; a pasted llama-server line's flags
+/// that do not change memory are set aside for `estimate` to report ([`estimate_line`]).
 pub fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let args = estimate_line(args.collect());
+    let args = args.into_iter();
     const MAP: &[(&str, &str)] = &[
         ("-ub", "--ubatch-size"),
         ("-np", "--parallel"),
@@ -121,6 +219,9 @@ pub struct RawEstimate {
     hardware: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
+    /// llama-server flags that do not change memory, set aside from a pasted command line (reported, not used).
+    #[arg(long = "ignored", hide = true, allow_hyphen_values = true)]
+    ignored: Vec<String>,
     /// Estimate at every value of one flag instead of one: `context` (-c from 512 by doublings to the trained
     /// context) or `parallel` (-np from 1 by doublings to 256), marking the largest that fits each device.
     #[arg(long, value_enum)]
@@ -140,6 +241,7 @@ pub struct Settings {
     hardware: Option<(u32, String)>,
     format: OutputFormat,
     sweep: Option<crate::app::SweepAxis>,
+    ignored: Vec<String>,
 }
 
 fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
@@ -211,6 +313,7 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
         },
         hardware,
         format: raw.format,
+        ignored: raw.ignored,
         sweep: raw.sweep.map(|a| match a {
             RawSweep::Context => crate::app::SweepAxis::Context,
             RawSweep::Parallel => crate::app::SweepAxis::Parallel,
@@ -243,6 +346,13 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
             hardware: s.hardware.clone(),
         },
     )?;
+    let mut est = est;
+    if !s.ignored.is_empty() {
+        est.notes.push(format!(
+            "accepted and ignored (no effect on memory): {}",
+            s.ignored.join(", ")
+        ));
+    }
     let text = match s.format {
         OutputFormat::Table => table(&est),
         f => render(&est, f)?,
