@@ -148,6 +148,7 @@ fn bench(c: &mut Criterion) {
     for (file, nodes) in [(&cluster, 8u32), (&big, 125)] {
         for (name, path, _) in &models {
             let req = ResolveRequest {
+                stable: false,
                 model: path.clone(),
                 workload: "batch-inference".into(),
                 hardware: Hardware {
@@ -180,6 +181,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     let req = ResolveRequest {
+        stable: false,
         model: path70.clone(),
         workload: "batch-inference".into(),
         hardware: Hardware {

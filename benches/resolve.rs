@@ -22,6 +22,7 @@ fn bench(c: &mut Criterion) {
         ..Sources::default()
     };
     let req = ResolveRequest {
+        stable: false,
         model: path.clone(),
         workload: "chat".into(),
         hardware: Hardware::default(),

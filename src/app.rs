@@ -275,6 +275,23 @@ pub struct ResolveRequest {
     pub workload: String,
     pub hardware: Hardware,
     pub overrides: Overrides,
+    /// Round the probed free memory down to [`STABLE_FREE_GRANULARITY`] so that re-running on an idle machine
+    /// writes the same bytes (`--stable`, the default with `-o FILE`).
+    pub stable: bool,
+}
+
+/// What `--stable` rounds probed free memory down to: between two runs on an idle machine the page cache and the
+/// GPU driver move free memory by tens of MiB, under this; rounding down keeps a plan conservative and costs at
+/// most 256 MiB of room per device.
+pub const STABLE_FREE_GRANULARITY: u64 = 256 << 20;
+
+/// The probed free memory of the host and every GPU, rounded down to [`STABLE_FREE_GRANULARITY`].
+pub fn stabilize(inv: &mut crate::hardware::Inventory) {
+    let round = |b: u64| b - b % STABLE_FREE_GRANULARITY;
+    inv.memory.available_bytes = round(inv.memory.available_bytes);
+    for g in &mut inv.gpus {
+        g.memory_free_bytes = round(g.memory_free_bytes);
+    }
 }
 
 /// `resolve`: the model, the profiles, the hardware (probe, inventory or cluster, optionally with profiled
@@ -293,7 +310,11 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
             (inv, "cluster", nodes)
         }
         None => {
-            let (inv, source) = sources.inventory()?;
+            let (mut inv, source) = sources.inventory()?;
+            // Only a live probe moves between runs; an inventory file is already fixed.
+            if req.stable && source == "probe" {
+                stabilize(&mut inv);
+            }
             (inv, source, 1)
         }
     };

@@ -79,6 +79,10 @@ pub struct RawResolve {
     /// device, predicted speed, alternatives).
     #[arg(long, value_enum)]
     format: Option<OutputFormat>,
+    /// Round the probed free memory down to 256 MiB so that re-running on an idle machine gives the same
+    /// document (the default with `-o FILE`; `--stable=false` turns it off).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    stable: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -94,6 +98,9 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
         None => None,
         Some(h) => Some(super::parse_hardware(&h)?),
     };
+    let stable = raw
+        .stable
+        .unwrap_or(raw.output.as_ref().is_some_and(|o| o.as_os_str() != "-"));
     let (output, format) = super::output::destination(raw.output, raw.format);
     Ok(Settings {
         request: ResolveRequest {
@@ -119,6 +126,7 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 }),
                 tensor_parallel: raw.tensor_parallel,
             },
+            stable,
         },
         explain: raw.explain,
         output,
