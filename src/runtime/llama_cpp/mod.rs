@@ -10,6 +10,7 @@
 
 mod describe;
 pub mod launch;
+pub mod quantize;
 pub mod topology;
 
 use std::cell::RefCell;
