@@ -273,7 +273,12 @@ fn a_cpu_only_plan_keeps_a_gpu_build_off_the_gpus() {
         flag(&common::artifact(&d, "llama-server").argv, "-dev"),
         Some("none")
     );
-    assert!(common::artifact(&d, "llama-server").env.is_empty());
+    // No device-pinning variable: only the API key placeholder, empty.
+    let env = &common::artifact(&d, "llama-server").env;
+    assert!(
+        env.keys().all(|k| k == "LLAMA_API_KEY") && env.values().all(String::is_empty),
+        "{env:?}"
+    );
 }
 
 #[test]

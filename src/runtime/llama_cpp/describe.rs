@@ -7,7 +7,8 @@ use super::{CTX_STEP, LlamaCpp, Point, launch};
 use crate::emit::{Provenance, Settings, Source, Stage, Strategy, Topology};
 use crate::fleet::DeviceId;
 use crate::memory::llama_cpp;
-use crate::model::GgmlType;
+use crate::model::{GgmlType, MetaValue, ModelSpec};
+use crate::profile::Mode;
 use crate::runtime::{Candidate, Described, Runtime};
 
 impl LlamaCpp<'_> {
@@ -227,11 +228,57 @@ impl LlamaCpp<'_> {
             [first, _, ..] => first.path.display().to_string(),
             _ => self.req.model_path.to_string(),
         };
-        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes) + host.reserve_bytes;
+        // Requests are what the process needs on the host: the plan's host memory, not the OS reserve.
+        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes);
+        let alias = model_alias(model, &model_path);
+        let pooling = (w.mode == Mode::Embedding).then(|| {
+            let key = format!("{}.pooling_type", model.architecture);
+            match model
+                .metadata
+                .get(&key)
+                .and_then(MetaValue::as_u64)
+                .and_then(launch::pooling_name)
+            {
+                Some(p) => {
+                    put(
+                        "launch.llama-server.pooling",
+                        Source::Computed,
+                        format!("--pooling {p}: the model's GGUF {key}"),
+                    );
+                    p
+                }
+                None => {
+                    put(
+                        "launch.llama-server.pooling",
+                        Source::Heuristic,
+                        format!(
+                            "--pooling {}: the model's GGUF has no {key}; mean pooling is the sentence-transformers default",
+                            launch::DEFAULT_POOLING
+                        ),
+                    );
+                    launch::DEFAULT_POOLING
+                }
+            }
+        });
+        let serve = launch::Serve {
+            model_path: &model_path,
+            alias: &alias,
+            pooling,
+        };
+        let container_model = crate::runtime::kubernetes::model_in_container(&model_path);
+        let in_container = launch::llama_server(
+            &launch::Serve {
+                model_path: &container_model,
+                ..serve
+            },
+            &settings,
+            &gpu_ids,
+        );
+        let gpu_names: Vec<&str> = p.gpus.iter().map(|&i| self.gpus[i].name.as_str()).collect();
         let launch = vec![
-            launch::llama_server(&model_path, &settings, &gpu_ids),
+            launch::llama_server(&serve, &settings, &gpu_ids),
             launch::ollama(&model_path, &settings),
-            launch::kubernetes(host_bytes, threads, &gpu_ids),
+            launch::kubernetes(&in_container, host_bytes, threads, &gpu_ids, &gpu_names),
         ];
         let mut warnings = self.warnings.clone();
         warnings.extend(c.eval.notes.iter().cloned());
@@ -298,5 +345,28 @@ impl LlamaCpp<'_> {
             gib(overflow)
         ));
         s
+    }
+}
+
+/// The name llama-server serves the model under: the GGUF's `general.name`, else the file name without
+/// `.gguf` (and without a split suffix `-00001-of-00003`).
+fn model_alias(model: &ModelSpec, model_path: &str) -> String {
+    if let Some(n) = model
+        .name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        return n.to_string();
+    }
+    let stem = std::path::Path::new(model_path).file_stem().map_or_else(
+        || model_path.to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    match stem.rsplit_once("-of-") {
+        Some((head, n)) if n.len() == 5 && n.bytes().all(|b| b.is_ascii_digit()) => {
+            head.rsplit_once('-').map_or(head, |(h, _)| h).to_string()
+        }
+        _ => stem,
     }
 }
