@@ -716,3 +716,38 @@ fn a_cluster_of_identical_nodes_plans_one_replica_per_node() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// An embedding plan serves embeddings with the model's own pooling (GGUF `{arch}.pooling_type`, llama.h
+/// `LLAMA_POOLING_TYPE_CLS` = 2), or mean pooling when the GGUF does not say; every server listens on all
+/// interfaces under the model's name.
+#[test]
+fn an_embedding_plan_pools_as_the_model_says_or_by_the_mean() {
+    use optimizer::model::gguf_builder::{synthetic_llama, write_sparse};
+    let dir = tempfile::tempdir().unwrap();
+    let (_, plain) = synth(dir.path(), "plain.gguf", LlamaShape::LLAMA3_8B);
+    let cls_path = dir.path().join("cls.gguf");
+    let mut b = synthetic_llama(LlamaShape::LLAMA3_8B);
+    b.kv_u32("llama.pooling_type", 2);
+    write_sparse(&b, &cls_path).unwrap();
+    let cls = optimizer::model::load(&cls_path).unwrap();
+    let inv = inventory("cpu-server.yaml");
+    for (spec, pooling, source) in [
+        (&plain, "mean", Source::Heuristic),
+        (&cls, "cls", Source::Computed),
+    ] {
+        let d = plan(spec, &inv, "embedding");
+        let argv = &common::artifact(&d, "llama-server").argv;
+        assert!(argv.iter().any(|a| a == "--embedding"), "{argv:?}");
+        assert_eq!(flag(argv, "--pooling"), Some(pooling));
+        assert_eq!(d.provenance["launch.llama-server.pooling"].source, source);
+        assert_eq!(flag(argv, "--host"), Some("0.0.0.0"));
+        assert_eq!(flag(argv, "--alias"), Some("synthetic llama"));
+    }
+    // A generating plan neither embeds nor pools.
+    let d = plan(&plain, &inv, "chat");
+    let argv = &common::artifact(&d, "llama-server").argv;
+    assert!(
+        !argv.iter().any(|a| a == "--embedding" || a == "--pooling"),
+        "{argv:?}"
+    );
+}

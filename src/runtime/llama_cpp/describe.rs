@@ -370,3 +370,29 @@ fn model_alias(model: &ModelSpec, model_path: &str) -> String {
         _ => stem,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::model_alias;
+    use crate::model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
+
+    #[test]
+    fn the_alias_is_the_gguf_name_else_the_file_stem_without_its_split_suffix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        write_sparse(&synthetic_llama(LlamaShape::LLAMA3_8B), &path).unwrap();
+        let mut spec = crate::model::load(&path).unwrap();
+        assert_eq!(model_alias(&spec, "x.gguf"), "synthetic llama");
+        spec.name = None;
+        assert_eq!(
+            model_alias(&spec, "/m/Qwen2.5-7B-Q4_K_M.gguf"),
+            "Qwen2.5-7B-Q4_K_M"
+        );
+        assert_eq!(
+            model_alias(&spec, "/m/llama-70b-q4-00001-of-00003.gguf"),
+            "llama-70b-q4"
+        );
+        spec.name = Some("  ".into());
+        assert_eq!(model_alias(&spec, "a-of-b.gguf"), "a-of-b");
+    }
+}
