@@ -751,3 +751,51 @@ fn an_embedding_plan_pools_as_the_model_says_or_by_the_mean() {
         "{argv:?}"
     );
 }
+
+/// A throughput workload whose model one GPU holds runs one llama-server per GPU on a multi-GPU machine: each
+/// pinned to its own GPU, on its own port; a latency workload, or a one-GPU machine, runs one.
+#[test]
+fn a_throughput_plan_on_one_of_eight_gpus_runs_a_replica_per_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let d = plan(&m8, &inventory("cloud-8xh100.yaml"), "batch-inference");
+    assert_eq!(d.memory.devices.len(), 2, "one GPU holds the 8B");
+    let r = common::artifact(&d, "llama-server-replicas");
+    let script = &r.files["llama-server-replicas.sh"];
+    let lines: Vec<&str> = script.lines().filter(|l| l.ends_with(" &")).collect();
+    assert_eq!(lines.len(), 8, "{script}");
+    for (k, l) in lines.iter().enumerate() {
+        let words: Vec<&str> = l.split(' ').collect();
+        assert!(
+            words.contains(&format!("CUDA_VISIBLE_DEVICES={k}").as_str()),
+            "{l}"
+        );
+        let port = words
+            .iter()
+            .position(|w| *w == "--port")
+            .map(|i| words[i + 1]);
+        assert_eq!(port, Some((8080 + k).to_string().as_str()), "{l}");
+        assert!(words.contains(&"-dev") && words.contains(&"CUDA0"), "{l}");
+    }
+    assert!(script.ends_with("wait\n"));
+    assert!(
+        d.provenance["launch.llama-server-replicas"]
+            .detail
+            .contains("8 replicas")
+    );
+    // The script runs in a POSIX shell as written.
+    let check = std::process::Command::new("sh")
+        .arg("-n")
+        .arg("-c")
+        .arg(script)
+        .status()
+        .unwrap();
+    assert!(check.success());
+    for (inv, w) in [
+        ("cloud-8xh100.yaml", "chat"),
+        ("laptop-rtx4060.yaml", "batch-inference"),
+    ] {
+        let d = plan(&m8, &inventory(inv), w);
+        assert!(d.artifact("llama-server-replicas").is_none(), "{inv} {w}");
+    }
+}

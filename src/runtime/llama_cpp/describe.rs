@@ -8,7 +8,7 @@ use crate::emit::{Provenance, Settings, Source, Stage, Strategy, Topology};
 use crate::fleet::DeviceId;
 use crate::memory::llama_cpp;
 use crate::model::{GgmlType, MetaValue, ModelSpec};
-use crate::profile::Mode;
+use crate::profile::{Mode, Objective};
 use crate::runtime::{Candidate, Described, Runtime};
 
 impl LlamaCpp<'_> {
@@ -264,6 +264,7 @@ impl LlamaCpp<'_> {
             model_path: &model_path,
             alias: &alias,
             pooling,
+            port: launch::PORT,
         };
         let container_model = crate::runtime::kubernetes::model_in_container(&model_path);
         let in_container = launch::llama_server(
@@ -275,11 +276,15 @@ impl LlamaCpp<'_> {
             &gpu_ids,
         );
         let gpu_names: Vec<&str> = p.gpus.iter().map(|&i| self.gpus[i].name.as_str()).collect();
-        let launch = vec![
+        let mut launch = vec![
             launch::llama_server(&serve, &settings, &gpu_ids),
             launch::ollama(&model_path, &settings),
             launch::kubernetes(&in_container, host_bytes, threads, &gpu_ids, &gpu_names),
         ];
+        if let Some((replica_gpus, why)) = self.replica_gpus(c, host_bytes, threads) {
+            put("launch.llama-server-replicas", Source::Computed, why);
+            launch.push(launch::replicas(&serve, &settings, &replica_gpus));
+        }
         let mut warnings = self.warnings.clone();
         warnings.extend(c.eval.notes.iter().cloned());
         Described {
@@ -294,6 +299,64 @@ impl LlamaCpp<'_> {
             warnings,
             training: None,
         }
+    }
+
+    /// The GPUs of a machine that each hold a replica of a one-GPU plan, the planned one first, and why; none
+    /// unless the workload is throughput-bound and at least two fit. A GPU holds a replica when it is the same
+    /// product as the planned one with room for the plan's GPU bytes above its reserve; the host must hold
+    /// every replica's host bytes above its reserve and run every replica's threads on its physical cores.
+    fn replica_gpus(
+        &self,
+        c: &Candidate<Point>,
+        host_bytes: u64,
+        threads: u32,
+    ) -> Option<(Vec<DeviceId>, String)> {
+        let p = &c.point;
+        if self.workload().objective != Objective::Throughput || p.gpus.len() != 1 {
+            return None;
+        }
+        let planned = self.gpus[p.gpus[0]];
+        let need = c
+            .eval
+            .memory
+            .iter()
+            .find(|m| m.device == planned.id.to_string())?
+            .total_bytes;
+        let gpus: Vec<DeviceId> = std::iter::once(planned.id)
+            .chain(
+                self.gpus
+                    .iter()
+                    .filter(|g| {
+                        g.id != planned.id
+                            && g.id.kind == planned.id.kind
+                            && g.name == planned.name
+                            && need <= g.capacity_bytes.saturating_sub(g.reserve_bytes)
+                    })
+                    .map(|g| g.id),
+            )
+            .collect();
+        let host = &self.req.fleet.host;
+        let by_memory = host
+            .capacity_bytes
+            .saturating_sub(host.reserve_bytes)
+            .checked_div(host_bytes)
+            .unwrap_or(u64::MAX);
+        let cores = host.inventory.cpu.physical_cores;
+        let by_threads = cores.checked_div(threads.max(1)).unwrap_or(0);
+        let n = (gpus.len() as u64)
+            .min(by_memory)
+            .min(u64::from(by_threads)) as usize;
+        (n >= 2).then(|| {
+            (
+                gpus[..n].to_vec(),
+                format!(
+                    "workload {} is throughput-bound and one {} holds the plan ({need} bytes): the machine holds {n} replicas ({} such GPUs with room; host memory for {by_memory}, {cores} physical cores for {by_threads} at {threads} threads); every figure in performance is one replica's",
+                    self.workload().id,
+                    planned.name,
+                    gpus.len()
+                ),
+            )
+        })
     }
 
     /// The smallest changes that would make the nearest candidate fit.

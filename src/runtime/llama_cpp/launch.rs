@@ -67,6 +67,8 @@ pub struct Serve<'a> {
     pub alias: &'a str,
     /// `--embedding --pooling P` for an embedding plan.
     pub pooling: Option<&'a str>,
+    /// `--port`: [`PORT`], or the next ones for replicas on one machine.
+    pub port: u16,
 }
 
 /// How a GPU kind maps to llama.cpp: the device kind, llama.cpp's device
@@ -96,7 +98,7 @@ pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> A
         "--host".into(),
         HOST.into(),
         "--port".into(),
-        PORT.to_string(),
+        serve.port.to_string(),
         "-c".into(),
         s.context_length.to_string(),
         "-b".into(),
@@ -168,12 +170,53 @@ pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> A
     Artifact {
         name: "llama-server".into(),
         description: format!(
-            "the pinned llama.cpp server with the planned settings, restricted to the planned devices, listening on {HOST}:{PORT}; set {API_KEY_ENV} to require an API key (empty: none)"
+            "the pinned llama.cpp server with the planned settings, restricted to the planned devices, listening on {HOST}:{}; set {API_KEY_ENV} to require an API key (empty: none)",
+            serve.port
         ),
         command: Some(shell_command(&env, &a)),
         argv: a,
         env,
         files: BTreeMap::new(),
+        resources: None,
+    }
+}
+
+/// Replicas of a one-GPU plan on one machine: one llama-server per GPU, each pinned to its GPU and on its own
+/// port (`PORT`, `PORT + 1`, ...), started together by `llama-server-replicas.sh`; a load balancer in front
+/// spreads requests over the ports.
+pub fn replicas(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
+    let mut script = String::from(
+        "#!/bin/sh\n# One llama-server per GPU, each pinned to its device, on consecutive ports; stops them all on exit.\ntrap 'kill 0' EXIT INT TERM\n",
+    );
+    for (k, g) in gpus.iter().enumerate() {
+        let port = u16::try_from(k)
+            .ok()
+            .and_then(|k| serve.port.checked_add(k))
+            .unwrap_or(u16::MAX);
+        let one = llama_server(&Serve { port, ..*serve }, s, std::slice::from_ref(g));
+        script.push_str(&format!("{} &\n", one.command.unwrap_or_default()));
+    }
+    script.push_str("wait\n");
+    let last = serve.port.saturating_add(
+        u16::try_from(gpus.len())
+            .unwrap_or(u16::MAX)
+            .saturating_sub(1),
+    );
+    Artifact {
+        name: "llama-server-replicas".into(),
+        description: format!(
+            "{} replicas of the llama-server plan, one per GPU ({}), on ports {}-{last}: the workload is throughput-bound and one GPU holds the model, so each further GPU adds a whole replica",
+            gpus.len(),
+            gpus.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            serve.port
+        ),
+        argv: vec!["sh".into(), "llama-server-replicas.sh".into()],
+        command: Some("sh llama-server-replicas.sh".into()),
+        env: BTreeMap::new(),
+        files: BTreeMap::from([("llama-server-replicas.sh".to_string(), script)]),
         resources: None,
     }
 }
