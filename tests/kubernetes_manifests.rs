@@ -272,7 +272,7 @@ fn check_structure(d: &Deployment, text: &str) -> Vec<String> {
         p.push(format!("requests {gpu_req} GPUs, the plan uses {gpus}"));
     }
     if let Some(s) = d.settings.llama_cpp() {
-        if req["cpu"] != s.threads.to_string() {
+        if req["cpu"].as_str() != Some(s.threads.to_string().as_str()) {
             p.push(format!(
                 "requests {} CPUs, the plan runs {} threads",
                 req["cpu"], s.threads
