@@ -778,6 +778,10 @@ fn a_throughput_plan_on_one_of_eight_gpus_runs_a_replica_per_gpu() {
         assert!(words.contains(&"-dev") && words.contains(&"CUDA0"), "{l}");
     }
     assert!(script.ends_with("wait\n"));
+    // On Kubernetes: as many pods, each with one GPU.
+    let k = common::artifact(&d, "kubernetes");
+    assert!(k.files["llama-server.yaml"].contains("\n  replicas: 8\n"));
+    assert_eq!(k.resources.as_ref().unwrap().requests["nvidia.com/gpu"], "1");
     assert!(
         d.provenance["launch.llama-server-replicas"]
             .detail

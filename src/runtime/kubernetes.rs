@@ -67,6 +67,9 @@ pub struct Server<'a> {
     pub gpu_product: Option<String>,
     /// A memory-backed /dev/shm (vLLM's workers exchange tensors through shared memory).
     pub shm: bool,
+    /// Pods of the Deployment, each with the requests above (more than one when a machine holds several
+    /// replicas of a one-GPU plan).
+    pub replicas: u32,
 }
 
 /// The device plugin's resource name for a GPU kind (NVIDIA k8s-device-plugin `nvidia.com/gpu`, AMD
@@ -184,7 +187,7 @@ impl Server<'_> {
             "kind": "Deployment",
             "metadata": { "name": self.name, "labels": labels },
             "spec": {
-                "replicas": 1,
+                "replicas": self.replicas.max(1),
                 "selector": { "matchLabels": labels },
                 "template": { "metadata": { "labels": labels }, "spec": pod },
             },

@@ -276,12 +276,23 @@ impl LlamaCpp<'_> {
             &gpu_ids,
         );
         let gpu_names: Vec<&str> = p.gpus.iter().map(|&i| self.gpus[i].name.as_str()).collect();
+        let replicated = self.replica_gpus(c, host_bytes, threads);
+        let pods = replicated
+            .as_ref()
+            .map_or(1, |(g, _)| u32::try_from(g.len()).unwrap_or(u32::MAX));
         let mut launch = vec![
             launch::llama_server(&serve, &settings, &gpu_ids),
             launch::ollama(&model_path, &settings),
-            launch::kubernetes(&in_container, host_bytes, threads, &gpu_ids, &gpu_names),
+            launch::kubernetes(
+                &in_container,
+                host_bytes,
+                threads,
+                &gpu_ids,
+                &gpu_names,
+                pods,
+            ),
         ];
-        if let Some((replica_gpus, why)) = self.replica_gpus(c, host_bytes, threads) {
+        if let Some((replica_gpus, why)) = replicated {
             put("launch.llama-server-replicas", Source::Computed, why);
             launch.push(launch::replicas(&serve, &settings, &replica_gpus));
         }

@@ -273,13 +273,14 @@ pub fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
 /// The llama-server process as a Kubernetes Deployment and Service (`llama-server.yaml`), from the server
 /// artifact built for the container's model path ([`kubernetes::model_in_container`]). `host_bytes` is the
 /// plan's host memory for the process (not the OS reserve), `threads` the CPU threads it runs, `gpu_names`
-/// the planned GPUs' names as the probe read them.
+/// the planned GPUs' names as the probe read them, `replicas` the pods (one per GPU for a replicated plan).
 pub fn kubernetes(
     container_serve: &Artifact,
     host_bytes: u64,
     threads: u32,
     gpus: &[DeviceId],
     gpu_names: &[&str],
+    replicas: u32,
 ) -> Artifact {
     let kind = gpus.first().map(|g| g.kind);
     let product = match gpu_names {
@@ -310,6 +311,7 @@ pub fn kubernetes(
         gpus: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
         gpu_product: product.filter(|_| kind == Some(DeviceKind::Cuda)),
         shm: false,
+        replicas,
     };
     let (requests, limits) = server.resources();
     let mut files = BTreeMap::new();

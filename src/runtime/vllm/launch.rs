@@ -131,6 +131,8 @@ pub fn kubernetes(serve: &Artifact, gpus: &[DeviceId], gpu_names: &[&str], cpus:
         gpus: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
         gpu_product: product,
         shm: true,
+        // Replicas on one node are one process (--data-parallel-size) holding all of the node's GPUs.
+        replicas: 1,
     };
     let (requests, limits) = server.resources();
     Artifact {
