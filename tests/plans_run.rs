@@ -742,6 +742,11 @@ fn an_embedding_plan_pools_as_the_model_says_or_by_the_mean() {
         assert_eq!(d.provenance["launch.llama-server.pooling"].source, source);
         assert_eq!(flag(argv, "--host"), Some("0.0.0.0"));
         assert_eq!(flag(argv, "--alias"), Some("synthetic llama"));
+        // The API key is a placeholder in env, and the shell line leaves it alone: `LLAMA_API_KEY=''` there
+        // would clear a key the user exported.
+        let server = common::artifact(&d, "llama-server");
+        assert_eq!(server.env["LLAMA_API_KEY"], "");
+        assert!(!server.command.as_ref().unwrap().contains("LLAMA_API_KEY"));
     }
     // A generating plan neither embeds nor pools.
     let d = plan(&plain, &inv, "chat");
@@ -781,7 +786,10 @@ fn a_throughput_plan_on_one_of_eight_gpus_runs_a_replica_per_gpu() {
     // On Kubernetes: as many pods, each with one GPU.
     let k = common::artifact(&d, "kubernetes");
     assert!(k.files["llama-server.yaml"].contains("\n  replicas: 8\n"));
-    assert_eq!(k.resources.as_ref().unwrap().requests["nvidia.com/gpu"], "1");
+    assert_eq!(
+        k.resources.as_ref().unwrap().requests["nvidia.com/gpu"],
+        "1"
+    );
     assert!(
         d.provenance["launch.llama-server-replicas"]
             .detail

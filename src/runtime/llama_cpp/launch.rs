@@ -24,8 +24,9 @@ pub const PORT: u16 = 8080;
 /// API key needed).
 pub const HEALTH_PATH: &str = "/health";
 /// The variable llama-server reads its API keys from (common/arg.cpp `--api-key` `set_env("LLAMA_API_KEY")`,
-/// recorded in the argument table). Emitted empty: the handler skips empty keys, so the server runs open until
-/// it is set; the Kubernetes manifest reads it from an optional Secret.
+/// recorded in the argument table). Emitted empty in `env`: the handler skips empty keys, so the server runs
+/// open until it is set; the shell line leaves it out (so an exported key stays in force) and the Kubernetes
+/// manifest reads it from an optional Secret.
 pub const API_KEY_ENV: &str = "LLAMA_API_KEY";
 /// The Secret (and its key) the manifest reads the API key from, when the operator creates it.
 const API_KEY_SECRET: (&str, &str) = ("llama-server-api-key", "api-key");
@@ -166,14 +167,16 @@ pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> A
         a.push("--pooling".into());
         a.push(p.into());
     }
+    // The shell line leaves the key out: `LLAMA_API_KEY= llama-server ...` would clear a key the user exported.
+    let command = shell_command(&env, &a);
     env.insert(API_KEY_ENV.into(), String::new());
     Artifact {
         name: "llama-server".into(),
         description: format!(
-            "the pinned llama.cpp server with the planned settings, restricted to the planned devices, listening on {HOST}:{}; set {API_KEY_ENV} to require an API key (empty: none)",
+            "the pinned llama.cpp server with the planned settings, restricted to the planned devices, listening on {HOST}:{}; export {API_KEY_ENV} to require an API key (empty or unset: none)",
             serve.port
         ),
-        command: Some(shell_command(&env, &a)),
+        command: Some(command),
         argv: a,
         env,
         files: BTreeMap::new(),
