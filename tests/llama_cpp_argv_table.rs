@@ -57,6 +57,8 @@ struct Opt {
     /// How many argv elements after the flag it consumes (0, 1 or 2).
     values: usize,
     value: Option<ValueSpec>,
+    /// The environment variable the option is also read from (`common_arg::set_env`).
+    env: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -250,6 +252,15 @@ fn check_value(flag: &str, spec: &ValueSpec, v: &str) -> Result<(), String> {
             }
             Ok(())
         }
+        // --host's one check (common/arg.cpp at the pinned commit): the comma-separated list, each entry
+        // stripped, keeps at least one address.
+        ValueSpec::String { .. } if flag == "--host" => {
+            if v.split(',').any(|h| !h.trim().is_empty()) {
+                Ok(())
+            } else {
+                Err(format!("--host {v:?}: no address"))
+            }
+        }
         ValueSpec::String { unmodelled_checks } => {
             if *unmodelled_checks {
                 Err(format!(
@@ -378,6 +389,9 @@ fn the_checker_rejects_what_the_engine_rejects_or_misreads() {
         "-dev none",
         "-no-kvu",
         "--ctx_size 4096",
+        "--host 0.0.0.0 --port 8080",
+        "--host 127.0.0.1,::1",
+        "--alias m --embedding --pooling mean",
     ] {
         let a = argv(&format!("llama-server -m m.gguf {auto}"));
         assert_eq!(check_argv(&t, &a), Vec::<String>::new(), "{auto}");
@@ -406,7 +420,8 @@ fn the_checker_rejects_what_the_engine_rejects_or_misreads() {
         ("-sm rows", "-sm rows"),
         ("-kvu on", "on"),
         ("extra.gguf", "extra.gguf"),
-        ("--host 0.0.0.0", "--host"),
+        ("--host ,", "--host"),
+        ("--api-key-file k", "--api-key-file"),
     ] {
         let a = argv(&format!("llama-server -m m.gguf {bad}"));
         let problems = check_argv(&t, &a);
@@ -520,7 +535,8 @@ fn prose(v: &serde_json::Value, at: &str, out: &mut Vec<(String, String)>) {
             for (k, x) in o {
                 let path = format!("{at}.{k}");
                 // Argv are checked as argv (each against its own program), not as prose.
-                let is_argv = path.starts_with(".launch[") && path.ends_with("].argv");
+                let is_argv = path.starts_with(".launch[")
+                    && (path.ends_with("].argv") || path.ends_with("].command"));
                 if !is_argv && path != ".model.path" {
                     prose(x, &path, out);
                 }
@@ -590,30 +606,55 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
     } else {
         problems.push("no -m".into());
     }
-    // Ollama refuses a Modelfile PARAMETER that is not a json tag of api.Options, which embeds api.Runner
-    // (ollama/ollama api/types.go: FormatParams returns "unknown parameter"; Runner holds num_ctx, num_batch,
-    // num_gpu, main_gpu, use_mmap, num_thread).
-    const OLLAMA_RUNNER_PARAMETERS: [&str; 6] = [
-        "num_ctx",
-        "num_batch",
-        "num_gpu",
-        "main_gpu",
-        "use_mmap",
-        "num_thread",
-    ];
-    // The Ollama server's parallel requests are an environment setting (ollama/ollama envconfig/config.go
-    // `OLLAMA_NUM_PARALLEL`, "Maximum number of parallel requests"), read as an unsigned integer.
+    // The Ollama server environment the plan's memory depends on (ollama/ollama envconfig/config.go):
+    // parallel requests and default context as positive integers, flash attention as a boolean, the K/V
+    // cache type one Ollama offers (docs/faq.md: f16, q8_0, q4_0).
     if let Some(env) = launch(doc, "ollama")["env"].as_object() {
         for (k, v) in env {
-            let ok = k == "OLLAMA_NUM_PARALLEL"
-                && v.as_str()
-                    .is_some_and(|x| x.parse::<u32>().is_ok_and(|n| n >= 1));
+            let v = v.as_str().unwrap_or_default();
+            let positive = || v.parse::<u32>().is_ok_and(|n| n >= 1);
+            let ok = match k.as_str() {
+                "OLLAMA_NUM_PARALLEL" | "OLLAMA_CONTEXT_LENGTH" => positive(),
+                "OLLAMA_FLASH_ATTENTION" => v == "0" || v == "1",
+                "OLLAMA_KV_CACHE_TYPE" => ["f16", "q8_0", "q4_0"].contains(&v),
+                _ => false,
+            };
             if !ok {
                 problems.push(format!(
-                    "ollama env {k}={v}: not OLLAMA_NUM_PARALLEL with a positive integer"
+                    "ollama env {k}={v}: not an Ollama server setting with a valid value"
                 ));
             }
         }
+        for k in [
+            "OLLAMA_NUM_PARALLEL",
+            "OLLAMA_CONTEXT_LENGTH",
+            "OLLAMA_FLASH_ATTENTION",
+        ] {
+            if !env.contains_key(k) {
+                problems.push(format!("ollama env has no {k}"));
+            }
+        }
+    }
+    // A server in a pod or reached from another machine must listen on every interface, on a stated port.
+    if argv_value(doc, "--host").as_deref() != Some("0.0.0.0")
+        || argv_value(doc, "--port").is_none()
+    {
+        problems.push("llama-server does not listen on 0.0.0.0 on a stated --port".into());
+    }
+    // The one-line command runs the argv with the environment, word for word.
+    let command = launch(doc, "llama-server")["command"]
+        .as_str()
+        .unwrap_or_default();
+    if !command.ends_with(
+        &argv
+            .iter()
+            .map(|a| optimizer::emit::shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" "),
+    ) {
+        problems.push(format!(
+            "llama-server command {command:?} is not the quoted argv"
+        ));
     }
     // The llama-server environment pins devices: the visible list has as many entries as -dev names, each an
     // inventory index, and CUDA numbers devices in PCI bus order as NVML does.
@@ -636,40 +677,36 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
                         ));
                     }
                 }
+                // Any other variable must be one llama-server reads (the table's `env` names), e.g. the
+                // API key placeholder.
+                _ if t.options.iter().any(|o| o.env.as_deref() == Some(k.as_str())) => {}
                 _ => problems.push(format!(
-                    "llama-server env {k}={v} is not a device-pinning variable"
+                    "llama-server env {k}={v} is neither a device-pinning variable nor one llama-server reads"
                 )),
             }
         }
     }
-    // The Modelfile: FROM the planned model, then PARAMETER lines with integer values.
+    // The Modelfile, by its grammar (below): FROM the planned model, documented PARAMETERs.
     let modelfile = launch(doc, "ollama")["files"]["Modelfile"]
         .as_str()
         .unwrap_or_default();
-    if modelfile.is_empty() {
-        problems.push("no Ollama Modelfile".into());
-    }
-    for line in modelfile.lines() {
-        match line.split_whitespace().collect::<Vec<_>>().as_slice() {
-            ["FROM", path] => {
-                if !Path::new(path).is_file() {
-                    problems.push(format!("Modelfile FROM {path}: not a file"));
-                }
+    match parse_modelfile(modelfile) {
+        Ok(m) => {
+            if !Path::new(&m.from).is_file() {
+                problems.push(format!("Modelfile FROM {}: not a file", m.from));
             }
-            ["PARAMETER", k, v] => {
-                if !OLLAMA_RUNNER_PARAMETERS.contains(k) {
-                    problems.push(format!(
-                        "ollama parameter {k} is not an Ollama runner option"
-                    ));
-                }
-                if v.parse::<u64>().is_err() {
-                    problems.push(format!("ollama {k}: {v} is not an integer"));
-                }
+            let planned = argv_value(doc, "-c")
+                .and_then(|c| c.parse::<u64>().ok())
+                .zip(argv_value(doc, "-np").and_then(|n| n.parse::<u64>().ok()))
+                .map(|(c, n)| c / n.max(1));
+            let num_ctx = m.parameters.iter().find(|(k, _)| k == "num_ctx");
+            if num_ctx.map(|(_, v)| v.parse::<u64>().ok()) != Some(planned) {
+                problems.push(format!(
+                    "Modelfile num_ctx {num_ctx:?} is not the planned context per sequence {planned:?}"
+                ));
             }
-            _ => problems.push(format!(
-                "Modelfile line {line:?} is neither FROM nor PARAMETER"
-            )),
         }
+        Err(e) => problems.push(format!("Modelfile: {e}")),
     }
     problems
 }
@@ -1025,4 +1062,133 @@ fn prose_that_names_a_flag_the_engine_lacks_is_caught() {
         problems[0].starts_with(".warnings[] mentions --no-mmap"),
         "{problems:?}"
     );
+}
+
+// ------------------------------------------------------------------ the Ollama Modelfile grammar
+
+/// The Modelfile instructions and PARAMETER names the current reference documents (ollama/ollama
+/// docs/modelfile.md, "Instructions" and "Valid Parameters and Values").
+const MODELFILE_INSTRUCTIONS: [&str; 7] = [
+    "FROM",
+    "PARAMETER",
+    "TEMPLATE",
+    "SYSTEM",
+    "ADAPTER",
+    "LICENSE",
+    "MESSAGE",
+];
+const MODELFILE_PARAMETERS: [&str; 14] = [
+    "mirostat",
+    "mirostat_eta",
+    "mirostat_tau",
+    "num_ctx",
+    "repeat_last_n",
+    "repeat_penalty",
+    "temperature",
+    "seed",
+    "stop",
+    "tfs_z",
+    "num_predict",
+    "top_k",
+    "top_p",
+    "min_p",
+];
+/// The documented integer parameters ("Value Type: int").
+const MODELFILE_INT_PARAMETERS: [&str; 6] = [
+    "mirostat",
+    "num_ctx",
+    "repeat_last_n",
+    "seed",
+    "num_predict",
+    "top_k",
+];
+
+#[derive(Debug, PartialEq)]
+struct Modelfile {
+    from: String,
+    parameters: Vec<(String, String)>,
+}
+
+/// Parses a Modelfile as we emit it: `# comment` lines, blank lines, one `FROM path`, and
+/// `PARAMETER name value` lines whose name the reference documents and whose int values parse. Instructions
+/// are case-insensitive (the reference's "Notes"); any other documented instruction is refused because the
+/// plan never writes one, and an undocumented one is refused as Ollama's parser would.
+fn parse_modelfile(text: &str) -> Result<Modelfile, String> {
+    let mut from = None;
+    let mut parameters = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (instruction, rest) = line
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| format!("line {n}: {line:?} has an instruction and no argument"))?;
+        let instruction = instruction.to_ascii_uppercase();
+        let rest = rest.trim();
+        match instruction.as_str() {
+            "FROM" => {
+                if from.replace(rest.to_string()).is_some() {
+                    return Err(format!("line {n}: a second FROM"));
+                }
+            }
+            "PARAMETER" => {
+                let (name, value) = rest
+                    .split_once(char::is_whitespace)
+                    .ok_or_else(|| format!("line {n}: PARAMETER {rest:?} has no value"))?;
+                let value = value.trim();
+                if !MODELFILE_PARAMETERS.contains(&name) {
+                    return Err(format!(
+                        "line {n}: PARAMETER {name} is not in the Modelfile reference"
+                    ));
+                }
+                if MODELFILE_INT_PARAMETERS.contains(&name) && value.parse::<i64>().is_err() {
+                    return Err(format!(
+                        "line {n}: PARAMETER {name} {value:?} is not an int"
+                    ));
+                }
+                parameters.push((name.to_string(), value.to_string()));
+            }
+            i if MODELFILE_INSTRUCTIONS.contains(&i) => {
+                return Err(format!("line {n}: {i} is not one the plan writes"));
+            }
+            i => return Err(format!("line {n}: unknown instruction {i}")),
+        }
+    }
+    Ok(Modelfile {
+        from: from.ok_or("no FROM")?,
+        parameters,
+    })
+}
+
+#[test]
+fn the_modelfile_grammar_accepts_the_reference_and_refuses_the_rest() {
+    let ok = parse_modelfile(
+        "# planned\nFROM /m/a.gguf\n\nparameter num_ctx 4096\nPARAMETER temperature 0.7\n",
+    )
+    .unwrap();
+    assert_eq!(ok.from, "/m/a.gguf");
+    assert_eq!(
+        ok.parameters,
+        [
+            ("num_ctx".to_string(), "4096".to_string()),
+            ("temperature".to_string(), "0.7".to_string())
+        ]
+    );
+    for (bad, why) in [
+        ("PARAMETER num_ctx 1\n", "no FROM"),
+        ("FROM a\nFROM b\n", "a second FROM"),
+        (
+            "FROM a\nPARAMETER num_gpu 33\n",
+            "not in the Modelfile reference",
+        ),
+        ("FROM a\nPARAMETER num_ctx 8k\n", "not an int"),
+        ("FROM a\nPARAMETER num_ctx\n", "no value"),
+        ("FROM a\nRUN x\n", "unknown instruction"),
+        ("FROM a\nSYSTEM hi\n", "not one the plan writes"),
+    ] {
+        let e = parse_modelfile(bad).unwrap_err();
+        assert!(e.contains(why), "{bad:?}: {e}");
+    }
 }

@@ -1,6 +1,8 @@
 //! The pinned llama-server starts from the argv a plan emits, as written: for a few presets on a fixture model,
-//! the document's `launch.llama_server.argv` (with `--host 127.0.0.1 --port <free port>` appended, loopback
-//! only) is run until `GET /health` answers 200, then the server is killed.
+//! the document's `launch.llama_server.argv` (its `--host 0.0.0.0 --port 8080` rewritten to
+//! `--host 127.0.0.1 --port <free port>`: loopback only, and a port no other run holds) is run until
+//! `GET /health` answers 200, then the server is killed. The embedding preset's `--embedding --pooling` and
+//! the `--alias` start too.
 //!
 //! It needs a build of the pinned engine's llama-server (tests/fixtures/llama-cpp/README.md says how); without
 //! `LLAMA_SERVER=/path/to/llama-server` it prints why and passes, so the normal test run needs no binary (the
@@ -48,6 +50,24 @@ fn health(port: u16) -> Option<u16> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The whole response to a request (`Connection: close`), or None when nothing answers.
+fn request(port: u16, head: &str, body: &str) -> Option<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut s = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).ok()?;
+    s.set_read_timeout(Some(REQUEST_TIMEOUT)).ok()?;
+    s.write_all(
+        format!(
+            "{head} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
 #[test]
 fn the_pinned_llama_server_starts_from_emitted_argv() {
     let Some(server) = std::env::var_os("LLAMA_SERVER").filter(|v| !v.is_empty()) else {
@@ -66,6 +86,7 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
         ("llama-q4_k_m.gguf", "chat"),
         ("qwen2-q4_0.gguf", "batch-inference"),
         ("mixtral-moe-q4_k.gguf", "long-context"),
+        ("llama-q4_k_m.gguf", "embedding"),
     ] {
         let path = fixture("gguf").join(gguf);
         let spec = model::load(&path).unwrap();
@@ -74,10 +95,20 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
         let argv = &common::artifact(&doc, "llama-server").argv;
         assert_eq!(argv[0], "llama-server", "{workload}: program");
         let port = free_port();
+        let mut args = argv[1..].to_vec();
+        for (flag, value) in [
+            ("--host", "127.0.0.1".to_string()),
+            ("--port", port.to_string()),
+        ] {
+            let i = args
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("{workload}: no {flag} in {argv:?}"));
+            args[i + 1] = value;
+        }
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut child = Command::new(&server)
-            .args(&argv[1..])
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log.reopen().unwrap())
@@ -89,6 +120,23 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
                 break Err(format!("exited with {status} before answering /health"));
             }
             if health(port) == Some(200) {
+                // The server answers under the planned alias, and an embedding plan serves embeddings.
+                let alias = &argv[argv.iter().position(|a| a == "--alias").unwrap() + 1];
+                let models = request(port, "GET /v1/models", "").unwrap_or_default();
+                if !models.contains(&format!("\"id\":\"{alias}\"")) {
+                    break Err(format!("/v1/models does not list {alias:?}: {models}"));
+                }
+                if workload == "embedding" {
+                    let r = request(
+                        port,
+                        "POST /v1/embeddings",
+                        &format!("{{\"model\":\"{alias}\",\"input\":\"hello world\"}}"),
+                    )
+                    .unwrap_or_default();
+                    if !r.starts_with("HTTP/1.1 200") || !r.contains("\"embedding\"") {
+                        break Err(format!("POST /v1/embeddings: {r}"));
+                    }
+                }
                 break Ok(started.elapsed());
             }
             if started.elapsed() > START_DEADLINE {

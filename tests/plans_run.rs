@@ -273,7 +273,12 @@ fn a_cpu_only_plan_keeps_a_gpu_build_off_the_gpus() {
         flag(&common::artifact(&d, "llama-server").argv, "-dev"),
         Some("none")
     );
-    assert!(common::artifact(&d, "llama-server").env.is_empty());
+    // No device-pinning variable: only the API key placeholder, empty.
+    let env = &common::artifact(&d, "llama-server").env;
+    assert!(
+        env.keys().all(|k| k == "LLAMA_API_KEY") && env.values().all(String::is_empty),
+        "{env:?}"
+    );
 }
 
 #[test]
@@ -710,4 +715,99 @@ fn a_cluster_of_identical_nodes_plans_one_replica_per_node() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// An embedding plan serves embeddings with the model's own pooling (GGUF `{arch}.pooling_type`, llama.h
+/// `LLAMA_POOLING_TYPE_CLS` = 2), or mean pooling when the GGUF does not say; every server listens on all
+/// interfaces under the model's name.
+#[test]
+fn an_embedding_plan_pools_as_the_model_says_or_by_the_mean() {
+    use optimizer::model::gguf_builder::{synthetic_llama, write_sparse};
+    let dir = tempfile::tempdir().unwrap();
+    let (_, plain) = synth(dir.path(), "plain.gguf", LlamaShape::LLAMA3_8B);
+    let cls_path = dir.path().join("cls.gguf");
+    let mut b = synthetic_llama(LlamaShape::LLAMA3_8B);
+    b.kv_u32("llama.pooling_type", 2);
+    write_sparse(&b, &cls_path).unwrap();
+    let cls = optimizer::model::load(&cls_path).unwrap();
+    let inv = inventory("cpu-server.yaml");
+    for (spec, pooling, source) in [
+        (&plain, "mean", Source::Heuristic),
+        (&cls, "cls", Source::Computed),
+    ] {
+        let d = plan(spec, &inv, "embedding");
+        let argv = &common::artifact(&d, "llama-server").argv;
+        assert!(argv.iter().any(|a| a == "--embedding"), "{argv:?}");
+        assert_eq!(flag(argv, "--pooling"), Some(pooling));
+        assert_eq!(d.provenance["launch.llama-server.pooling"].source, source);
+        assert_eq!(flag(argv, "--host"), Some("0.0.0.0"));
+        assert_eq!(flag(argv, "--alias"), Some("synthetic llama"));
+        // The API key is a placeholder in env, and the shell line leaves it alone: `LLAMA_API_KEY=''` there
+        // would clear a key the user exported.
+        let server = common::artifact(&d, "llama-server");
+        assert_eq!(server.env["LLAMA_API_KEY"], "");
+        assert!(!server.command.as_ref().unwrap().contains("LLAMA_API_KEY"));
+    }
+    // A generating plan neither embeds nor pools.
+    let d = plan(&plain, &inv, "chat");
+    let argv = &common::artifact(&d, "llama-server").argv;
+    assert!(
+        !argv.iter().any(|a| a == "--embedding" || a == "--pooling"),
+        "{argv:?}"
+    );
+}
+
+/// A throughput workload whose model one GPU holds runs one llama-server per GPU on a multi-GPU machine: each
+/// pinned to its own GPU, on its own port; a latency workload, or a one-GPU machine, runs one.
+#[test]
+fn a_throughput_plan_on_one_of_eight_gpus_runs_a_replica_per_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let d = plan(&m8, &inventory("cloud-8xh100.yaml"), "batch-inference");
+    assert_eq!(d.memory.devices.len(), 2, "one GPU holds the 8B");
+    let r = common::artifact(&d, "llama-server-replicas");
+    let script = &r.files["llama-server-replicas.sh"];
+    let lines: Vec<&str> = script.lines().filter(|l| l.ends_with(" &")).collect();
+    assert_eq!(lines.len(), 8, "{script}");
+    for (k, l) in lines.iter().enumerate() {
+        let words: Vec<&str> = l.split(' ').collect();
+        assert!(
+            words.contains(&format!("CUDA_VISIBLE_DEVICES={k}").as_str()),
+            "{l}"
+        );
+        let port = words
+            .iter()
+            .position(|w| *w == "--port")
+            .map(|i| words[i + 1]);
+        assert_eq!(port, Some((8080 + k).to_string().as_str()), "{l}");
+        assert!(words.contains(&"-dev") && words.contains(&"CUDA0"), "{l}");
+    }
+    assert!(script.ends_with("wait\n"));
+    // On Kubernetes: as many pods, each with one GPU.
+    let k = common::artifact(&d, "kubernetes");
+    assert!(k.files["llama-server.yaml"].contains("\n  replicas: 8\n"));
+    assert_eq!(
+        k.resources.as_ref().unwrap().requests["nvidia.com/gpu"],
+        "1"
+    );
+    assert!(
+        d.provenance["launch.llama-server-replicas"]
+            .detail
+            .contains("8 replicas")
+    );
+    // The script runs in a POSIX shell as written.
+    let check = std::process::Command::new("sh")
+        .arg("-n")
+        .arg("-c")
+        .arg(script)
+        .status()
+        .unwrap();
+    assert!(check.success());
+    for (inv, w) in [
+        ("cloud-8xh100.yaml", "chat"),
+        ("laptop-rtx4060.yaml", "batch-inference"),
+    ] {
+        let d = plan(&m8, &inventory(inv), w);
+        assert!(d.artifact("llama-server-replicas").is_none(), "{inv} {w}");
+    }
 }

@@ -281,10 +281,28 @@ fn documents_are_deterministic_and_carry_launch_arguments() {
     let modelfile = &common::artifact(&d, "ollama").files["Modelfile"];
     assert!(
         modelfile.contains(&format!(
-            "PARAMETER num_gpu {}\n",
-            common::llama(&d).gpu_layers
+            "PARAMETER num_ctx {}\n",
+            common::llama(&d).context_per_sequence
         )),
         "{modelfile}"
+    );
+    // Ollama's memory follows the plan only with the server settings beside the Modelfile.
+    let env = &common::artifact(&d, "ollama").env;
+    assert_eq!(
+        env["OLLAMA_NUM_PARALLEL"],
+        common::llama(&d).parallel.to_string()
+    );
+    assert_eq!(
+        env["OLLAMA_CONTEXT_LENGTH"],
+        common::llama(&d).context_per_sequence.to_string()
+    );
+    assert_eq!(
+        env["OLLAMA_FLASH_ATTENTION"],
+        if common::llama(&d).flash_attention {
+            "1"
+        } else {
+            "0"
+        }
     );
     for key in [
         "settings.context_length",

@@ -408,12 +408,38 @@ pub struct Artifact {
     pub argv: Vec<String>,
     /// Environment the command needs (GPU pinning, server settings); empty when none.
     pub env: BTreeMap<String, String>,
-    /// Files by relative path and content (a Modelfile).
+    /// The same command as one POSIX shell line, the environment first (`VAR=value program args`), every word
+    /// single-quoted where the shell would otherwise split or expand it; absent for an artifact with no command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Files by relative path and content (a Modelfile, Kubernetes manifests).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
-    /// Container resources the process needs (requests equal limits).
+    /// Container resources: requests are what the process needs; limits carry what the device plugins require
+    /// (GPUs), see `runtime::kubernetes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+}
+
+/// One word for a POSIX shell: left as it is when it holds only characters no shell treats specially (`=` is
+/// not one: a first word `A=b` would be an assignment), else
+/// inside single quotes, where nothing is special but the quote itself, written `'\''` (close, escaped quote,
+/// reopen). Newlines, `$`, backquotes and spaces are literal between single quotes (POSIX.1-2017 XCU 2.2.2).
+pub fn shell_quote(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./,:@%+".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// `VAR=value ... program args` as one shell line: the environment applies to this command only.
+pub fn shell_command(env: &BTreeMap<String, String>, argv: &[String]) -> String {
+    env.iter()
+        .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+        .chain(argv.iter().map(|a| shell_quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Where a decided value came from.
@@ -496,5 +522,69 @@ impl Deployment {
     /// The launch artifact named `name`.
     pub fn artifact(&self, name: &str) -> Option<&Artifact> {
         self.launch.iter().find(|a| a.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hostile words: spaces, both quotes, `$`, backquotes, newlines, globs, a leading `-`, `~`, `=`, empty.
+    const HOSTILE: [&str; 12] = [
+        "plain-word_1.gguf",
+        "two words",
+        "it's",
+        "'",
+        "\"$HOME\"",
+        "$(echo pwned)",
+        "`id`",
+        "line\nbreak",
+        "*.gguf",
+        "~root",
+        "A=b",
+        "",
+    ];
+
+    #[test]
+    fn shell_quote_keeps_plain_words_and_quotes_the_rest() {
+        assert_eq!(shell_quote("llama-server"), "llama-server");
+        assert_eq!(shell_quote("/m/a.gguf"), "/m/a.gguf");
+        assert_eq!(shell_quote("two words"), "'two words'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("A=b"), "'A=b'");
+        let env = BTreeMap::from([("K".to_string(), "a b".to_string())]);
+        assert_eq!(
+            shell_command(&env, &["p".into(), "$x".into()]),
+            "K='a b' p '$x'"
+        );
+    }
+
+    /// The oracle is the system's POSIX shell: each quoted word, and the environment value, must reach the
+    /// program byte for byte (the program is itself `sh -c SCRIPT`, a hostile word of its own).
+    #[cfg(unix)]
+    #[test]
+    fn shell_quoted_words_reach_the_program_unchanged() {
+        let env_value = "x 'y' $z\n";
+        let argv: Vec<String> = ["sh", "-c", "printf '%s\\0' \"$OPT_TEST_ENV\" \"$@\"", "sh"]
+            .iter()
+            .chain(HOSTILE.iter())
+            .map(|s| s.to_string())
+            .collect();
+        let line = shell_command(
+            &BTreeMap::from([("OPT_TEST_ENV".to_string(), env_value.to_string())]),
+            &argv,
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&line)
+            .env_remove("OPT_TEST_ENV")
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success(), "{line}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let parts: Vec<&str> = text.split_terminator('\0').collect();
+        assert_eq!(parts[0], env_value, "{line}");
+        assert_eq!(parts[1..], HOSTILE, "{line}");
     }
 }

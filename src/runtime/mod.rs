@@ -8,6 +8,7 @@
 //! every rung, which loses the rungs below the first that fits (they are never faster) and keeps a plan's cost
 //! logarithmic in the layer count.
 
+pub mod kubernetes;
 pub mod llama_cpp;
 pub mod torch;
 pub mod vllm;

@@ -7,7 +7,8 @@ use super::{CTX_STEP, LlamaCpp, Point, launch};
 use crate::emit::{Provenance, Settings, Source, Stage, Strategy, Topology};
 use crate::fleet::DeviceId;
 use crate::memory::llama_cpp;
-use crate::model::GgmlType;
+use crate::model::{GgmlType, MetaValue, ModelSpec};
+use crate::profile::{Mode, Objective};
 use crate::runtime::{Candidate, Described, Runtime};
 
 impl LlamaCpp<'_> {
@@ -227,12 +228,74 @@ impl LlamaCpp<'_> {
             [first, _, ..] => first.path.display().to_string(),
             _ => self.req.model_path.to_string(),
         };
-        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes) + host.reserve_bytes;
-        let launch = vec![
-            launch::llama_server(&model_path, &settings, &gpu_ids),
+        // Requests are what the process needs on the host: the plan's host memory, not the OS reserve.
+        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes);
+        let alias = model_alias(model, &model_path);
+        let pooling = (w.mode == Mode::Embedding).then(|| {
+            let key = format!("{}.pooling_type", model.architecture);
+            match model
+                .metadata
+                .get(&key)
+                .and_then(MetaValue::as_u64)
+                .and_then(launch::pooling_name)
+            {
+                Some(p) => {
+                    put(
+                        "launch.llama-server.pooling",
+                        Source::Computed,
+                        format!("--pooling {p}: the model's GGUF {key}"),
+                    );
+                    p
+                }
+                None => {
+                    put(
+                        "launch.llama-server.pooling",
+                        Source::Heuristic,
+                        format!(
+                            "--pooling {}: the model's GGUF has no {key}; mean pooling is the sentence-transformers default",
+                            launch::DEFAULT_POOLING
+                        ),
+                    );
+                    launch::DEFAULT_POOLING
+                }
+            }
+        });
+        let serve = launch::Serve {
+            model_path: &model_path,
+            alias: &alias,
+            pooling,
+            port: launch::PORT,
+        };
+        let container_model = crate::runtime::kubernetes::model_in_container(&model_path);
+        let in_container = launch::llama_server(
+            &launch::Serve {
+                model_path: &container_model,
+                ..serve
+            },
+            &settings,
+            &gpu_ids,
+        );
+        let gpu_names: Vec<&str> = p.gpus.iter().map(|&i| self.gpus[i].name.as_str()).collect();
+        let replicated = self.replica_gpus(c, host_bytes, threads);
+        let pods = replicated
+            .as_ref()
+            .map_or(1, |(g, _)| u32::try_from(g.len()).unwrap_or(u32::MAX));
+        let mut launch = vec![
+            launch::llama_server(&serve, &settings, &gpu_ids),
             launch::ollama(&model_path, &settings),
-            launch::kubernetes(host_bytes, threads, &gpu_ids),
+            launch::kubernetes(
+                &in_container,
+                host_bytes,
+                threads,
+                &gpu_ids,
+                &gpu_names,
+                pods,
+            ),
         ];
+        if let Some((replica_gpus, why)) = replicated {
+            put("launch.llama-server-replicas", Source::Computed, why);
+            launch.push(launch::replicas(&serve, &settings, &replica_gpus));
+        }
         let mut warnings = self.warnings.clone();
         warnings.extend(c.eval.notes.iter().cloned());
         Described {
@@ -247,6 +310,64 @@ impl LlamaCpp<'_> {
             warnings,
             training: None,
         }
+    }
+
+    /// The GPUs of a machine that each hold a replica of a one-GPU plan, the planned one first, and why; none
+    /// unless the workload is throughput-bound and at least two fit. A GPU holds a replica when it is the same
+    /// product as the planned one with room for the plan's GPU bytes above its reserve; the host must hold
+    /// every replica's host bytes above its reserve and run every replica's threads on its physical cores.
+    fn replica_gpus(
+        &self,
+        c: &Candidate<Point>,
+        host_bytes: u64,
+        threads: u32,
+    ) -> Option<(Vec<DeviceId>, String)> {
+        let p = &c.point;
+        if self.workload().objective != Objective::Throughput || p.gpus.len() != 1 {
+            return None;
+        }
+        let planned = self.gpus[p.gpus[0]];
+        let need = c
+            .eval
+            .memory
+            .iter()
+            .find(|m| m.device == planned.id.to_string())?
+            .total_bytes;
+        let gpus: Vec<DeviceId> = std::iter::once(planned.id)
+            .chain(
+                self.gpus
+                    .iter()
+                    .filter(|g| {
+                        g.id != planned.id
+                            && g.id.kind == planned.id.kind
+                            && g.name == planned.name
+                            && need <= g.capacity_bytes.saturating_sub(g.reserve_bytes)
+                    })
+                    .map(|g| g.id),
+            )
+            .collect();
+        let host = &self.req.fleet.host;
+        let by_memory = host
+            .capacity_bytes
+            .saturating_sub(host.reserve_bytes)
+            .checked_div(host_bytes)
+            .unwrap_or(u64::MAX);
+        let cores = host.inventory.cpu.physical_cores;
+        let by_threads = cores.checked_div(threads.max(1)).unwrap_or(0);
+        let n = (gpus.len() as u64)
+            .min(by_memory)
+            .min(u64::from(by_threads)) as usize;
+        (n >= 2).then(|| {
+            (
+                gpus[..n].to_vec(),
+                format!(
+                    "workload {} is throughput-bound and one {} holds the plan ({need} bytes): the machine holds {n} replicas ({} such GPUs with room; host memory for {by_memory}, {cores} physical cores for {by_threads} at {threads} threads); every figure in performance is one replica's",
+                    self.workload().id,
+                    planned.name,
+                    gpus.len()
+                ),
+            )
+        })
     }
 
     /// The smallest changes that would make the nearest candidate fit.
@@ -298,5 +419,54 @@ impl LlamaCpp<'_> {
             gib(overflow)
         ));
         s
+    }
+}
+
+/// The name llama-server serves the model under: the GGUF's `general.name`, else the file name without
+/// `.gguf` (and without a split suffix `-00001-of-00003`).
+fn model_alias(model: &ModelSpec, model_path: &str) -> String {
+    if let Some(n) = model
+        .name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        return n.to_string();
+    }
+    let stem = std::path::Path::new(model_path).file_stem().map_or_else(
+        || model_path.to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    match stem.rsplit_once("-of-") {
+        Some((head, n)) if n.len() == 5 && n.bytes().all(|b| b.is_ascii_digit()) => {
+            head.rsplit_once('-').map_or(head, |(h, _)| h).to_string()
+        }
+        _ => stem,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model_alias;
+    use crate::model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
+
+    #[test]
+    fn the_alias_is_the_gguf_name_else_the_file_stem_without_its_split_suffix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        write_sparse(&synthetic_llama(LlamaShape::LLAMA3_8B), &path).unwrap();
+        let mut spec = crate::model::load(&path).unwrap();
+        assert_eq!(model_alias(&spec, "x.gguf"), "synthetic llama");
+        spec.name = None;
+        assert_eq!(
+            model_alias(&spec, "/m/Qwen2.5-7B-Q4_K_M.gguf"),
+            "Qwen2.5-7B-Q4_K_M"
+        );
+        assert_eq!(
+            model_alias(&spec, "/m/llama-70b-q4-00001-of-00003.gguf"),
+            "llama-70b-q4"
+        );
+        spec.name = Some("  ".into());
+        assert_eq!(model_alias(&spec, "a-of-b.gguf"), "a-of-b");
     }
 }

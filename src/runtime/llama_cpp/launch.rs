@@ -1,11 +1,76 @@
 //! llama.cpp's launch artifacts: the llama-server command (checked against the pinned server's argument
 //! parser, tests/fixtures/llama-cpp/llama-server-args.json), an Ollama Modelfile with its server environment,
-//! and the container resources.
+//! and a Kubernetes Deployment and Service running the same server (built by [`crate::runtime::kubernetes`]).
+//!
+//! Trade-off: the Modelfile carries only `num_ctx`, the one planned value among the PARAMETERs the current
+//! Modelfile reference documents (ollama/ollama docs/modelfile.md, "Valid Parameters and Values": mirostat*,
+//! num_ctx, repeat_*, temperature, seed, stop, tfs_z, num_predict, top_k, top_p, min_p); num_gpu, num_thread
+//! and num_batch are no longer documented there, so Ollama places layers and picks threads itself, and the
+//! server environment carries what decides its memory (parallel slots, KV cache type, flash attention, context).
 
 use std::collections::BTreeMap;
 
-use crate::emit::{Artifact, LlamaCppSettings, Resources};
+use crate::emit::{Artifact, LlamaCppSettings, Resources, shell_command};
 use crate::fleet::{DeviceId, DeviceKind};
+use crate::runtime::kubernetes::{self, SecretEnv, Server};
+
+/// The address llama-server listens on: every interface (its default, 127.0.0.1, is unreachable from outside
+/// a pod or from another machine).
+pub const HOST: &str = "0.0.0.0";
+/// llama-server's default port (common/common.h `common_params::port`), given explicitly so the manifest's
+/// probes and Service cannot drift from it.
+pub const PORT: u16 = 8080;
+/// The health endpoint: 503 while the model loads, 200 once it serves (tools/server/server.cpp, public: no
+/// API key needed).
+pub const HEALTH_PATH: &str = "/health";
+/// The variable llama-server reads its API keys from (common/arg.cpp `--api-key` `set_env("LLAMA_API_KEY")`,
+/// recorded in the argument table). Emitted empty in `env`: the handler skips empty keys, so the server runs
+/// open until it is set; the shell line leaves it out (so an exported key stays in force) and the Kubernetes
+/// manifest reads it from an optional Secret.
+pub const API_KEY_ENV: &str = "LLAMA_API_KEY";
+/// The Secret (and its key) the manifest reads the API key from, when the operator creates it.
+const API_KEY_SECRET: (&str, &str) = ("llama-server-api-key", "api-key");
+/// The official server images of the pinned engine's Docker docs (llama.cpp docs/docker.md: `server` for the
+/// CPU, `server-cuda` compiled with CUDA 12, `server-rocm`); their entrypoint is `/app/llama-server`
+/// (.devops/cuda.Dockerfile, target `server`). These tags move with llama.cpp's releases; pin a build tag
+/// (`server-cuda-b<N>`) for a reproducible deployment.
+pub const IMAGE_CPU: &str = "ghcr.io/ggml-org/llama.cpp:server";
+pub const IMAGE_CUDA: &str = "ghcr.io/ggml-org/llama.cpp:server-cuda";
+pub const IMAGE_ROCM: &str = "ghcr.io/ggml-org/llama.cpp:server-rocm";
+/// llama.cpp's pooling types by GGUF `{arch}.pooling_type` value (include/llama.h `LLAMA_POOLING_TYPE_*`),
+/// spelled as `--pooling` takes them.
+const POOLING: [&str; 5] = ["none", "mean", "cls", "last", "rank"];
+/// The pooling an embedding plan uses when the model does not say: mean pooling, the sentence-transformers
+/// default (`Pooling(pooling_mode="mean")`) that BGE-, E5- and MiniLM-style models are served with.
+pub const DEFAULT_POOLING: &str = "mean";
+
+/// The `--pooling` value for a GGUF's `{arch}.pooling_type`, when it names one llama-server knows.
+pub fn pooling_name(gguf_value: u64) -> Option<&'static str> {
+    usize::try_from(gguf_value)
+        .ok()
+        .and_then(|i| POOLING.get(i).copied())
+}
+
+/// The default image for a plan's devices (Apple GPUs run no Kubernetes: none).
+pub fn default_image(kind: Option<DeviceKind>) -> Option<&'static str> {
+    match kind {
+        None | Some(DeviceKind::Cpu) => Some(IMAGE_CPU),
+        Some(DeviceKind::Cuda) => Some(IMAGE_CUDA),
+        Some(DeviceKind::Rocm) => Some(IMAGE_ROCM),
+        Some(_) => None,
+    }
+}
+
+/// What the server is called and what it serves, besides the planned settings.
+pub struct Serve<'a> {
+    pub model_path: &'a str,
+    /// `--alias`: the name clients see in `/v1/models` and send as `model`.
+    pub alias: &'a str,
+    /// `--embedding --pooling P` for an embedding plan.
+    pub pooling: Option<&'a str>,
+    /// `--port`: [`PORT`], or the next ones for replicas on one machine.
+    pub port: u16,
+}
 
 /// How a GPU kind maps to llama.cpp: the device kind, llama.cpp's device
 /// name prefix (ggml `GGML_CUDA_NAME` "CUDA"/"ROCm", `GGML_METAL_NAME` "MTL") and the environment variable that
@@ -24,11 +89,17 @@ const BACKENDS: &[(DeviceKind, &str, Option<&str>)] = &[
 /// GPU build of llama-server would still put its compute buffers and large prompt batches on a GPU.
 /// `-c` is the total over slots and `-np` is explicit: the pinned server unifies the KV cache only when `-np` is
 /// auto (common/arg.cpp `--kv-unified`), so every slot gets `context_per_sequence` cells.
-pub fn llama_server(model_path: &str, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
+pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
     let mut a: Vec<String> = vec![
         "llama-server".into(),
         "-m".into(),
-        model_path.into(),
+        serve.model_path.into(),
+        "--alias".into(),
+        serve.alias.into(),
+        "--host".into(),
+        HOST.into(),
+        "--port".into(),
+        serve.port.to_string(),
         "-c".into(),
         s.context_length.to_string(),
         "-b".into(),
@@ -91,9 +162,21 @@ pub fn llama_server(model_path: &str, s: &LlamaCppSettings, gpus: &[DeviceId]) -
         a.push("-lm".into());
         a.push("none".into());
     }
+    if let Some(p) = serve.pooling {
+        a.push("--embedding".into());
+        a.push("--pooling".into());
+        a.push(p.into());
+    }
+    // The shell line leaves the key out: `LLAMA_API_KEY= llama-server ...` would clear a key the user exported.
+    let command = shell_command(&env, &a);
+    env.insert(API_KEY_ENV.into(), String::new());
     Artifact {
         name: "llama-server".into(),
-        description: "the pinned llama.cpp server with the planned settings, restricted to the planned devices".into(),
+        description: format!(
+            "the pinned llama.cpp server with the planned settings, restricted to the planned devices, listening on {HOST}:{}; export {API_KEY_ENV} to require an API key (empty or unset: none)",
+            serve.port
+        ),
+        command: Some(command),
         argv: a,
         env,
         files: BTreeMap::new(),
@@ -101,54 +184,158 @@ pub fn llama_server(model_path: &str, s: &LlamaCppSettings, gpus: &[DeviceId]) -
     }
 }
 
-/// An Ollama Modelfile with the planned parameters (`num_ctx` is per sequence: Ollama multiplies it by its
-/// parallel setting) and the server environment that sets the parallel requests (a server setting, not a
-/// Modelfile parameter).
-pub fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
-    let modelfile = format!(
-        "FROM {model_path}\nPARAMETER num_ctx {}\nPARAMETER num_gpu {}\nPARAMETER num_thread {}\nPARAMETER num_batch {}\n",
-        s.context_per_sequence, s.gpu_layers, s.threads, s.ubatch_size
+/// Replicas of a one-GPU plan on one machine: one llama-server per GPU, each pinned to its GPU and on its own
+/// port (`PORT`, `PORT + 1`, ...), started together by `llama-server-replicas.sh`; a load balancer in front
+/// spreads requests over the ports.
+pub fn replicas(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
+    let mut script = String::from(
+        "#!/bin/sh\n# One llama-server per GPU, each pinned to its device, on consecutive ports; stops them all on exit.\ntrap 'kill 0' EXIT INT TERM\n",
+    );
+    for (k, g) in gpus.iter().enumerate() {
+        let port = u16::try_from(k)
+            .ok()
+            .and_then(|k| serve.port.checked_add(k))
+            .unwrap_or(u16::MAX);
+        let one = llama_server(&Serve { port, ..*serve }, s, std::slice::from_ref(g));
+        script.push_str(&format!("{} &\n", one.command.unwrap_or_default()));
+    }
+    script.push_str("wait\n");
+    let last = serve.port.saturating_add(
+        u16::try_from(gpus.len())
+            .unwrap_or(u16::MAX)
+            .saturating_sub(1),
     );
     Artifact {
+        name: "llama-server-replicas".into(),
+        description: format!(
+            "{} replicas of the llama-server plan, one per GPU ({}), on ports {}-{last}: the workload is throughput-bound and one GPU holds the model, so each further GPU adds a whole replica",
+            gpus.len(),
+            gpus.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            serve.port
+        ),
+        argv: vec!["sh".into(), "llama-server-replicas.sh".into()],
+        command: Some("sh llama-server-replicas.sh".into()),
+        env: BTreeMap::new(),
+        files: BTreeMap::from([("llama-server-replicas.sh".to_string(), script)]),
+        resources: None,
+    }
+}
+
+/// Ollama's K/V cache types (docs/faq.md, "How can I set the quantization type for the K/V cache?": `f16`,
+/// `q8_0`, `q4_0`; quantized types need flash attention).
+const OLLAMA_KV_TYPES: [&str; 3] = ["f16", "q8_0", "q4_0"];
+
+/// An Ollama Modelfile with the planned context (`num_ctx` is per sequence: Ollama multiplies it by its parallel
+/// setting) and the server environment the plan's memory depends on (ollama envconfig/config.go:
+/// `OLLAMA_NUM_PARALLEL`, `OLLAMA_CONTEXT_LENGTH`, `OLLAMA_FLASH_ATTENTION`, `OLLAMA_KV_CACHE_TYPE`, all server
+/// settings, not Modelfile parameters). A K cache type Ollama does not offer, or K and V types that differ, is
+/// left out and said in the description: Ollama then uses f16.
+pub fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
+    let modelfile = format!(
+        "# Planned by optimizer: the context per sequence. Layer placement and threads are Ollama's.\nFROM {model_path}\nPARAMETER num_ctx {}\n",
+        s.context_per_sequence
+    );
+    let mut env = BTreeMap::from([
+        ("OLLAMA_NUM_PARALLEL".to_string(), s.parallel.to_string()),
+        (
+            "OLLAMA_CONTEXT_LENGTH".to_string(),
+            s.context_per_sequence.to_string(),
+        ),
+        (
+            "OLLAMA_FLASH_ATTENTION".to_string(),
+            if s.flash_attention { "1" } else { "0" }.to_string(),
+        ),
+    ]);
+    let kv = s.cache_type_k.as_str();
+    let mut description = "an Ollama model with the planned context: run `ollama serve` with this environment, then `ollama create` it".to_string();
+    if OLLAMA_KV_TYPES.contains(&kv) && s.cache_type_v == kv {
+        env.insert("OLLAMA_KV_CACHE_TYPE".to_string(), kv.to_string());
+    } else {
+        description.push_str(&format!(
+            "; Ollama has no K/V cache type {kv}/{} (it offers f16, q8_0, q4_0 for both), so its KV cache is f16 and larger than planned",
+            s.cache_type_v
+        ));
+    }
+    let argv: Vec<String> = ["ollama", "create", "optimizer-plan", "-f", "Modelfile"]
+        .map(String::from)
+        .to_vec();
+    Artifact {
         name: "ollama".into(),
-        description: "an Ollama model with the planned parameters: run the server with this environment, then `ollama create` it".into(),
-        argv: ["ollama", "create", "optimizer-plan", "-f", "Modelfile"]
-            .map(String::from)
-            .to_vec(),
-        env: BTreeMap::from([(
-            "OLLAMA_NUM_PARALLEL".to_string(),
-            s.parallel.to_string(),
-        )]),
+        description,
+        command: Some(shell_command(&BTreeMap::new(), &argv)),
+        argv,
+        env,
         files: BTreeMap::from([("Modelfile".to_string(), modelfile)]),
         resources: None,
     }
 }
 
-/// Container resources for the server process: host memory (its share of the plan plus the rules' reserve),
-/// CPU threads and the vendor device plugin's GPUs (Apple GPUs have none: no Kubernetes on macOS).
-pub fn kubernetes(host_bytes: u64, threads: u32, gpus: &[DeviceId]) -> Artifact {
-    let mut requests = BTreeMap::new();
-    requests.insert("memory".to_string(), host_bytes.to_string());
-    requests.insert("cpu".to_string(), threads.to_string());
-    match gpus.first().map(|g| g.kind) {
-        Some(DeviceKind::Cuda) => {
-            requests.insert("nvidia.com/gpu".to_string(), gpus.len().to_string());
+/// The llama-server process as a Kubernetes Deployment and Service (`llama-server.yaml`), from the server
+/// artifact built for the container's model path ([`kubernetes::model_in_container`]). `host_bytes` is the
+/// plan's host memory for the process (not the OS reserve), `threads` the CPU threads it runs, `gpu_names`
+/// the planned GPUs' names as the probe read them, `replicas` the pods (one per GPU for a replicated plan).
+pub fn kubernetes(
+    container_serve: &Artifact,
+    host_bytes: u64,
+    threads: u32,
+    gpus: &[DeviceId],
+    gpu_names: &[&str],
+    replicas: u32,
+) -> Artifact {
+    let kind = gpus.first().map(|g| g.kind);
+    let product = match gpu_names {
+        [first, rest @ ..] if rest.iter().all(|n| n == first) => {
+            kubernetes::gpu_product_label(first)
         }
-        Some(DeviceKind::Rocm) => {
-            requests.insert("amd.com/gpu".to_string(), gpus.len().to_string());
-        }
-        _ => {}
+        _ => None,
+    };
+    let mut env = kubernetes::container_env(&container_serve.env);
+    env.remove(API_KEY_ENV);
+    let server = Server {
+        name: "llama-server",
+        image: default_image(kind).unwrap_or(IMAGE_CPU),
+        // The image's entrypoint is llama-server: the argv after the program are its arguments.
+        command: None,
+        args: container_serve.argv[1..].to_vec(),
+        env,
+        secret_env: Some(SecretEnv {
+            name: API_KEY_ENV,
+            secret: API_KEY_SECRET.0,
+            key: API_KEY_SECRET.1,
+        }),
+        port: PORT,
+        health_path: HEALTH_PATH,
+        memory_bytes: Some(host_bytes),
+        cpus: threads,
+        gpu_kind: kind,
+        gpus: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
+        gpu_product: product.filter(|_| kind == Some(DeviceKind::Cuda)),
+        shm: false,
+        replicas,
+    };
+    let (requests, limits) = server.resources();
+    let mut files = BTreeMap::new();
+    let mut description = format!(
+        "llama-server as a Kubernetes Deployment and Service on port {PORT}: requests are the plan's host memory, CPU threads and GPUs (limits only the GPUs); the model is read from PersistentVolumeClaim {} (a placeholder: copy the model to its root) mounted at {}",
+        kubernetes::MODEL_CLAIM,
+        kubernetes::MODEL_MOUNT
+    );
+    if default_image(kind).is_some() {
+        files.insert("llama-server.yaml".to_string(), server.manifest());
+    } else {
+        description =
+            "container resources only: Apple GPUs have no Kubernetes device plugin".into();
     }
     Artifact {
         name: "kubernetes".into(),
-        description: "container resources for the llama-server process (requests equal limits)"
-            .into(),
+        description,
         argv: Vec::new(),
+        command: None,
         env: BTreeMap::new(),
-        files: BTreeMap::new(),
-        resources: Some(Resources {
-            requests: requests.clone(),
-            limits: requests,
-        }),
+        files,
+        resources: Some(Resources { requests, limits }),
     }
 }

@@ -324,6 +324,7 @@ pub fn artifacts(
     );
     vec![Artifact {
         name: "accelerate".into(),
+        command: None,
         description: format!(
             "{} training with transformers' Trainer on {} GPU process(es): write the files, put your texts in {DATA_FILE} (one {{\"text\": ...}} per line) and run the command in that directory",
             s.method, s.data_parallel

@@ -1,14 +1,15 @@
-//! vLLM's launch artifacts: the `vllm serve` command (argv and environment) and the Kubernetes resources and
-//! manifest that run it. Every option is one the pinned release's argument parser accepts
+//! vLLM's launch artifacts: the `vllm serve` command (argv, environment and a shell line) and the Kubernetes
+//! Deployment and Service that run it (built by [`crate::runtime::kubernetes`]). Every option is one the pinned release's argument parser accepts
 //! (tests/fixtures/vllm/serve-flags-0.33.0.txt, extracted by benches/vllm/extract_serve_flags.py; the test
 //! `vllm_launch` checks each emitted option against it).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::emit::{Artifact, Resources, VllmSettings};
-use crate::fleet::DeviceId;
+use crate::emit::{Artifact, Resources, VllmSettings, shell_command};
+use crate::fleet::{DeviceId, DeviceKind};
 use crate::model::ModelSpec;
+use crate::runtime::kubernetes::{self, Server};
 
 /// The address `vllm serve` listens on: every interface, since a served model is reached from other machines
 /// (and, in a container, from outside the pod).
@@ -79,6 +80,7 @@ pub fn vllm_serve(model_dir: &str, s: &VllmSettings, gpus: &[DeviceId]) -> Artif
         description: format!(
             "the pinned vLLM's OpenAI-compatible server with the planned settings on the planned GPUs, listening on {HOST}:{PORT}"
         ),
+        command: Some(shell_command(&env, &a)),
         argv: a,
         env,
         files: BTreeMap::new(),
@@ -86,43 +88,77 @@ pub fn vllm_serve(model_dir: &str, s: &VllmSettings, gpus: &[DeviceId]) -> Artif
     }
 }
 
-/// The Kubernetes resources and a Deployment manifest running the same command: the GPUs as
-/// `nvidia.com/gpu`, and a memory-backed `/dev/shm` (vLLM's tensor-parallel workers exchange tensors through
-/// shared memory; a container's default 64 MiB is too small, vLLM docs "Using Docker": `--ipc=host` or
-/// `--shm-size`).
-pub fn kubernetes(serve: &Artifact, gpus: &[DeviceId], cpus: u32) -> Artifact {
-    let mut requests = BTreeMap::new();
-    requests.insert("nvidia.com/gpu".to_string(), gpus.len().to_string());
-    requests.insert("cpu".to_string(), cpus.max(1).to_string());
-    let quote = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
-    let args: String = serve
-        .argv
-        .iter()
-        .map(|x| format!("            - {}\n", quote(x)))
-        .collect();
-    // The container sees only its GPUs, numbered from 0: the device plugin assigns them.
-    let manifest = format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: vllm\nspec:\n  replicas: 1\n  selector:\n    matchLabels:\n      app: vllm\n  template:\n    metadata:\n      labels:\n        app: vllm\n    spec:\n      containers:\n        - name: vllm\n          image: vllm/vllm-openai:v{}\n          command:\n{args}          ports:\n            - containerPort: {PORT}\n          resources:\n            requests:\n              nvidia.com/gpu: \"{n}\"\n              cpu: \"{c}\"\n            limits:\n              nvidia.com/gpu: \"{n}\"\n              cpu: \"{c}\"\n          volumeMounts:\n            - name: dshm\n              mountPath: /dev/shm\n      volumes:\n        - name: dshm\n          emptyDir:\n            medium: Memory\n",
-        crate::memory::vllm::VERSION,
-        n = gpus.len(),
-        c = cpus.max(1),
-    );
+/// The official image of the pinned vLLM release (Docker Hub `vllm/vllm-openai`, tagged `v<version>`; vLLM docs
+/// "Using Docker": `docker run --runtime nvidia --gpus all ... vllm/vllm-openai:<tag>`).
+pub fn default_image() -> String {
+    format!("vllm/vllm-openai:v{}", crate::memory::vllm::VERSION)
+}
+
+/// vLLM's health endpoint (vllm/entrypoints/openai/api_server.py `GET /health`: 200 once the engine runs).
+pub const HEALTH_PATH: &str = "/health";
+
+/// The `vllm serve` process as a Kubernetes Deployment and Service (`vllm.yaml`): the GPUs as `nvidia.com/gpu`,
+/// a `nodeSelector` on the GPU product when all planned GPUs are one product, the checkpoint from the model
+/// volume ([`kubernetes::model_in_container`]), probes on `/health`, and a memory-backed `/dev/shm` (vLLM's
+/// tensor-parallel workers exchange tensors through shared memory; a container's default 64 MiB is too small,
+/// vLLM docs "Using Docker": `--ipc=host` or `--shm-size`). The plan models no host memory for vLLM, so the
+/// manifest requests none.
+pub fn kubernetes(serve: &Artifact, gpus: &[DeviceId], gpu_names: &[&str], cpus: u32) -> Artifact {
+    let mut argv = serve.argv.clone();
+    if let Some(m) = argv.get_mut(2) {
+        *m = kubernetes::model_in_container(m);
+    }
+    let product = match gpu_names {
+        [first, rest @ ..] if rest.iter().all(|n| n == first) => {
+            kubernetes::gpu_product_label(first)
+        }
+        _ => None,
+    };
+    let image = default_image();
+    let server = Server {
+        name: "vllm",
+        image: &image,
+        // The full command, so the manifest does not depend on the image's entrypoint.
+        command: Some(argv),
+        args: Vec::new(),
+        env: kubernetes::container_env(&serve.env),
+        secret_env: None,
+        port: PORT,
+        health_path: HEALTH_PATH,
+        memory_bytes: None,
+        cpus,
+        gpu_kind: Some(DeviceKind::Cuda),
+        gpus: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
+        gpu_product: product,
+        shm: true,
+        // Replicas on one node are one process (--data-parallel-size) holding all of the node's GPUs.
+        replicas: 1,
+    };
+    let (requests, limits) = server.resources();
     Artifact {
         name: "kubernetes".into(),
-        description: "the vllm serve process as a Kubernetes Deployment: GPUs and CPUs requested (requests equal limits), /dev/shm memory-backed; the model directory must be mounted at the same path".into(),
+        description: format!(
+            "the vllm serve process as a Kubernetes Deployment and Service on port {PORT}: GPUs and CPUs requested (limits only the GPUs), /dev/shm memory-backed; the checkpoint is read from PersistentVolumeClaim {} (a placeholder: copy the model directory to its root) mounted at {}",
+            kubernetes::MODEL_CLAIM,
+            kubernetes::MODEL_MOUNT
+        ),
         argv: Vec::new(),
+        command: None,
         env: BTreeMap::new(),
-        files: BTreeMap::from([("vllm-deployment.yaml".to_string(), manifest)]),
-        resources: Some(Resources {
-            requests: requests.clone(),
-            limits: requests,
-        }),
+        files: BTreeMap::from([("vllm.yaml".to_string(), server.manifest())]),
+        resources: Some(Resources { requests, limits }),
     }
 }
 
 /// Every artifact of a vLLM plan.
-pub fn artifacts(model_dir: &str, s: &VllmSettings, gpus: &[DeviceId], cpus: u32) -> Vec<Artifact> {
+pub fn artifacts(
+    model_dir: &str,
+    s: &VllmSettings,
+    gpus: &[DeviceId],
+    gpu_names: &[&str],
+    cpus: u32,
+) -> Vec<Artifact> {
     let serve = vllm_serve(model_dir, s, gpus);
-    let k8s = kubernetes(&serve, gpus, cpus);
+    let k8s = kubernetes(&serve, gpus, gpu_names, cpus);
     vec![serve, k8s]
 }

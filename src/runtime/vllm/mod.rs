@@ -1045,7 +1045,10 @@ impl Vllm<'_> {
             .map(|i| self.gpus[i].id)
             .collect();
         let host_threads = fleet.host.usable_cores();
-        let launch = launch::artifacts(&model_dir, &settings, &all_gpus, host_threads);
+        let gpu_names: Vec<&str> = (0..all_gpus.len())
+            .map(|i| self.gpus[i].name.as_str())
+            .collect();
+        let launch = launch::artifacts(&model_dir, &settings, &all_gpus, &gpu_names, host_threads);
         let mut warnings = self.warnings.clone();
         warnings.extend(c.eval.notes.iter().cloned());
         Described {
