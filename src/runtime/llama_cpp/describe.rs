@@ -409,11 +409,47 @@ impl LlamaCpp<'_> {
                 w.id
             ));
         }
-        s.push(format!(
-            "a smaller quantization of this model: its weights take {:.2} GiB at {:.2} bits per weight",
-            gib(model.tensor_bytes()),
-            model.bits_per_weight()
-        ));
+        // llama.cpp moves layers between the GPUs and the host, so a quantization fits when the whole plan fits
+        // the devices together: its weights shrink with the bits per weight, the KV cache and buffers stay.
+        let need: u64 = near.eval.memory.iter().map(|d| d.total_bytes).sum();
+        let room: u64 = near
+            .eval
+            .memory
+            .iter()
+            .map(|d| d.capacity_bytes.saturating_sub(d.reserve_bytes))
+            .sum();
+        let weights: u64 = near
+            .eval
+            .memory
+            .iter()
+            .map(|d| d.components.weights_bytes)
+            .sum();
+        let deficit = need.saturating_sub(room);
+        let bpw = model.bits_per_weight();
+        match super::quantize::smallest_change(bpw, weights, model.tensor_bytes(), deficit) {
+            Some((q, total, _)) if deficit > 0 => s.push(format!(
+                "a smaller quantization: {} (about {:.2} bits per weight, from {bpw:.2}) takes about {:.2} GiB of weights instead of {:.2} GiB, which with this plan's KV cache and buffers fits the {:.2} GiB the devices hold together (llama-quantize MODEL-F16.gguf OUT.gguf {})",
+                q.name,
+                q.bits_per_weight,
+                gib(total),
+                gib(model.tensor_bytes()),
+                gib(room),
+                q.name
+            )),
+            _ => s.push(format!(
+                "a smaller quantization of this model: its weights take {:.2} GiB at {bpw:.2} bits per weight{}",
+                gib(model.tensor_bytes()),
+                if deficit > 0 {
+                    format!(
+                        ", and no llama-quantize type alone brings this plan's {:.2} GiB within the {:.2} GiB the devices hold together",
+                        gib(need),
+                        gib(room)
+                    )
+                } else {
+                    String::new()
+                }
+            )),
+        }
         s.push(format!(
             "or {:.2} GiB more free memory on the fullest device",
             gib(overflow)

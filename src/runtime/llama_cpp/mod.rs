@@ -711,9 +711,16 @@ impl Runtime for LlamaCpp<'_> {
     }
 
     fn label(&self, c: &Candidate<Point>) -> String {
+        let strategy = serde_json::to_value(c.point.strategy)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
         format!(
-            "{:?}, -ngl {}, {} tokens per sequence x {} sequences",
-            c.point.strategy, c.point.ngl, c.size, c.point.parallel
+            "{strategy}, -ngl {}, {} tokens per sequence x {} sequence{}",
+            c.point.ngl,
+            c.size,
+            c.point.parallel,
+            if c.point.parallel == 1 { "" } else { "s" }
         )
     }
 

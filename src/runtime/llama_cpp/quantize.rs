@@ -81,11 +81,19 @@ mod tests {
     fn k_mixes_convert_the_engines_llama3_8b_sizes_to_bits_per_weight() {
         // Q8_0 stores 34 bytes per 32 weights (8.5 bpw); its mix keeps a few tensors wider.
         let q8 = QUANTS[0];
-        assert!((q8.bits_per_weight - 8.515).abs() < 0.01, "{}", q8.bits_per_weight);
+        assert!(
+            (q8.bits_per_weight - 8.515).abs() < 0.01,
+            "{}",
+            q8.bits_per_weight
+        );
         // Q4_K_M is the 4.58 GiB of the engine's table: 4.90 bpw.
         let q4 = QUANTS.iter().find(|q| q.name == "Q4_K_M").unwrap();
         assert!((q4.bits_per_weight - 4.90).abs() < 0.01);
-        assert!(QUANTS.windows(2).all(|w| w[0].bits_per_weight > w[1].bits_per_weight));
+        assert!(
+            QUANTS
+                .windows(2)
+                .all(|w| w[0].bits_per_weight > w[1].bits_per_weight)
+        );
     }
 
     #[test]
@@ -95,7 +103,11 @@ mod tests {
         assert_eq!(q.name, "Q8_0");
         assert!(dev < 3 << 30);
         // 5 GiB at Q4_K_M over by 2 GiB: 3 GiB of weights are needed, about 2.94 bpw: only IQ2_M.
-        let q4 = QUANTS.iter().find(|q| q.name == "Q4_K_M").unwrap().bits_per_weight;
+        let q4 = QUANTS
+            .iter()
+            .find(|q| q.name == "Q4_K_M")
+            .unwrap()
+            .bits_per_weight;
         let (q, _, _) = smallest_change(q4, 5 << 30, 5 << 30, 2 << 30).unwrap();
         assert_eq!(q.name, "IQ2_M");
         // Nothing below 2.7 bpw: none.
