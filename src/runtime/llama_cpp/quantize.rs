@@ -69,7 +69,7 @@ pub fn smallest_change(
             let ratio = q.bits_per_weight / current_bpw;
             let device = (weights_bytes as f64 * ratio) as u64;
             let saved = weights_bytes.saturating_sub(device);
-            (saved >= overflow).then(|| (*q, (total_weights as f64 * ratio) as u64, device))
+            (saved >= overflow).then_some((*q, (total_weights as f64 * ratio) as u64, device))
         })
 }
 
