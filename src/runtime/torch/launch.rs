@@ -322,24 +322,25 @@ pub fn artifacts(
         "PYTORCH_CUDA_ALLOC_CONF".to_string(),
         "expandable_segments:True".to_string(),
     );
+    let argv: Vec<String> = vec![
+        "accelerate".into(),
+        "launch".into(),
+        "--config_file".into(),
+        "accelerate_config.yaml".into(),
+        "train.py".into(),
+        "--model".into(),
+        model_dir.into(),
+        "--data".into(),
+        DATA_FILE.into(),
+    ];
     vec![Artifact {
         name: "accelerate".into(),
-        command: None,
+        command: Some(crate::emit::shell_command(&env, &argv)),
         description: format!(
             "{} training with transformers' Trainer on {} GPU process(es): write the files, put your texts in {DATA_FILE} (one {{\"text\": ...}} per line) and run the command in that directory",
             s.method, s.data_parallel
         ),
-        argv: vec![
-            "accelerate".into(),
-            "launch".into(),
-            "--config_file".into(),
-            "accelerate_config.yaml".into(),
-            "train.py".into(),
-            "--model".into(),
-            model_dir.into(),
-            "--data".into(),
-            DATA_FILE.into(),
-        ],
+        argv,
         env,
         files,
         resources: None,
