@@ -609,37 +609,6 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_are_singular_for_one() {
-        assert_eq!(count(1u32, "thread", "threads"), "1 thread");
-        assert_eq!(count(0u32, "thread", "threads"), "0 threads");
-        assert_eq!(count(16u32, "thread", "threads"), "16 threads");
-    }
-
-    #[test]
-    fn bars_show_used_reserve_and_spare_and_mark_an_overflow() {
-        const G: u64 = 1 << 30;
-        assert_eq!(bar(0, 0, 10 * G), format!("[{}]", ".".repeat(BAR_CELLS)));
-        // A third used, a tenth reserved: 10 and 3 of 30 cells.
-        assert_eq!(
-            bar(10 * G, 3 * G, 30 * G),
-            format!("[{}{}{}]", "#".repeat(10), "-".repeat(3), ".".repeat(17))
-        );
-        // Used and reserve past the capacity: full, the last cell `!`.
-        assert_eq!(
-            bar(29 * G, 3 * G, 30 * G),
-            format!("[{}{}!]", "#".repeat(29), "")
-        );
-        assert_eq!(bar(40 * G, 0, 30 * G), format!("[{}!]", "#".repeat(29)));
-        // No memory to use at all.
-        assert_eq!(bar(1, 0, 0), format!("[{}!]", "#".repeat(29)));
-    }
-}
-
 /// `-o DIR/` (a trailing slash, or an existing directory) asks for a bundle instead of one file.
 fn is_bundle(p: &std::path::Path) -> bool {
     p.as_os_str().to_string_lossy().ends_with('/') || p.is_dir()
@@ -714,4 +683,35 @@ fn write_bundle(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1u32, "thread", "threads"), "1 thread");
+        assert_eq!(count(0u32, "thread", "threads"), "0 threads");
+        assert_eq!(count(16u32, "thread", "threads"), "16 threads");
+    }
+
+    #[test]
+    fn bars_show_used_reserve_and_spare_and_mark_an_overflow() {
+        const G: u64 = 1 << 30;
+        assert_eq!(bar(0, 0, 10 * G), format!("[{}]", ".".repeat(BAR_CELLS)));
+        // A third used, a tenth reserved: 10 and 3 of 30 cells.
+        assert_eq!(
+            bar(10 * G, 3 * G, 30 * G),
+            format!("[{}{}{}]", "#".repeat(10), "-".repeat(3), ".".repeat(17))
+        );
+        // Used and reserve past the capacity: full, the last cell `!`.
+        assert_eq!(
+            bar(29 * G, 3 * G, 30 * G),
+            format!("[{}{}!]", "#".repeat(29), "")
+        );
+        assert_eq!(bar(40 * G, 0, 30 * G), format!("[{}!]", "#".repeat(29)));
+        // No memory to use at all.
+        assert_eq!(bar(1, 0, 0), format!("[{}!]", "#".repeat(29)));
+    }
 }
