@@ -339,7 +339,12 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     })?;
     fleet.nodes = nodes;
     let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
-    let path = req.model.display().to_string();
+    // Launch artifacts name the model by its absolute path, so they work from wherever they are run, not only
+    // from the directory `resolve` ran in (the model was read above, so it exists).
+    let path = std::fs::canonicalize(&req.model)
+        .unwrap_or_else(|_| req.model.clone())
+        .display()
+        .to_string();
     let inputs = Inputs {
         model: &spec,
         model_path: &path,

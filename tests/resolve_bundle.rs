@@ -89,3 +89,27 @@ fn a_training_bundle_holds_the_script_and_its_configuration() {
         "{sh}"
     );
 }
+
+/// Regression guard: a model given by a relative path is named by its absolute path in the document and the
+/// launch artifacts, so they work from wherever they are run, not only from the directory `resolve` ran in.
+#[test]
+fn launch_artifacts_name_the_model_by_its_absolute_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, _) = common::synth(tmp.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let o = common::bin_on("workstation-2x3090.yaml")
+        .current_dir(tmp.path())
+        .args(["resolve", "-w", "chat", "--format", "json", "-m", "m.gguf"])
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 0);
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let abs = std::fs::canonicalize(&m).unwrap().display().to_string();
+    assert_eq!(d["model"]["path"], abs.as_str());
+    let argv: Vec<&str> = d["launch"][0]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(argv.contains(&abs.as_str()), "{argv:?}");
+}
