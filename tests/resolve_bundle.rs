@@ -113,3 +113,54 @@ fn launch_artifacts_name_the_model_by_its_absolute_path() {
         .collect();
     assert!(argv.contains(&abs.as_str()), "{argv:?}");
 }
+
+/// `--image` replaces the engine's official image in the Kubernetes manifests of llama.cpp and vLLM plans; an
+/// empty or spaced reference is a usage error.
+#[test]
+fn the_manifest_image_can_be_chosen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, _) = common::synth(tmp.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let image = "registry.example/llama.cpp:server-cuda-b6000";
+    let o = common::bin_on("workstation-2x3090.yaml")
+        .args([
+            "resolve", "-w", "chat", "--format", "json", "--image", image, "-m",
+        ])
+        .arg(&m)
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 0);
+    let d: optimizer::emit::Deployment = serde_json::from_slice(&o.stdout).unwrap();
+    let k8s = common::artifact(&d, "kubernetes");
+    let manifests: String = k8s.files.values().cloned().collect();
+    assert!(
+        manifests.contains(&format!("image: {image}")),
+        "{manifests}"
+    );
+    assert!(!manifests.contains("ghcr.io/ggml-org"));
+    let dir = vllm_models::materialize("Qwen2.5-7B");
+    let (d, code) = common::resolve_doc(
+        "cpu-server.yaml",
+        dir.path(),
+        "chat",
+        "a100-80gb-sxm",
+        &["--image", "registry.example/vllm:pinned"],
+    );
+    assert_eq!(code, 0);
+    let manifests: String = common::artifact(&d, "kubernetes")
+        .files
+        .values()
+        .cloned()
+        .collect();
+    assert!(
+        manifests.contains("image: registry.example/vllm:pinned"),
+        "{manifests}"
+    );
+    for bad in ["", "a b"] {
+        let o = common::bin_on("workstation-2x3090.yaml")
+            .args(["resolve", "-w", "chat", "--image", bad, "-m"])
+            .arg(&m)
+            .output()
+            .unwrap();
+        common::assert_exit(&o, 2);
+    }
+}

@@ -65,6 +65,10 @@ pub struct RawResolve {
     /// Pin vLLM's tensor-parallel size (GPUs one replica splits every layer over).
     #[arg(long = "tensor-parallel")]
     tensor_parallel: Option<u32>,
+    /// The container image the Kubernetes manifests run (default: the engine's official image for the plan's
+    /// devices, e.g. ghcr.io/ggml-org/llama.cpp:server-cuda, vllm/vllm-openai:v0.33.0).
+    #[arg(long)]
+    image: Option<String>,
     /// Override the workload's objective.
     #[arg(long, value_enum)]
     objective: Option<RawObjective>,
@@ -98,6 +102,14 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
         None => None,
         Some(h) => Some(super::parse_hardware(&h)?),
     };
+    if let Some(i) = &raw.image
+        && (i.is_empty() || i.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("--image {i:?}: an image reference has no spaces and is not empty"),
+        ));
+    }
     let stable = raw
         .stable
         .unwrap_or(raw.output.as_ref().is_some_and(|o| o.as_os_str() != "-"));
@@ -125,6 +137,7 @@ pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                     RawRuntime::Torch => crate::profile::RuntimeId::Torch,
                 }),
                 tensor_parallel: raw.tensor_parallel,
+                image: raw.image,
             },
             stable,
         },

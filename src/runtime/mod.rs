@@ -37,6 +37,8 @@ pub struct Overrides {
     pub runtime: Option<RuntimeId>,
     /// vLLM's `--tensor-parallel-size`.
     pub tensor_parallel: Option<u32>,
+    /// The container image of the Kubernetes manifests (`--image`); `None`: the engine's official image.
+    pub image: Option<String>,
 }
 
 /// Inputs the planner cannot work with.

@@ -290,6 +290,7 @@ impl LlamaCpp<'_> {
                 &gpu_ids,
                 &gpu_names,
                 pods,
+                self.req.overrides.image.as_deref(),
             ),
         ];
         if let Some((replica_gpus, why)) = replicated {

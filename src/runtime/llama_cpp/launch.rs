@@ -276,7 +276,8 @@ pub fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
 /// The llama-server process as a Kubernetes Deployment and Service (`llama-server.yaml`), from the server
 /// artifact built for the container's model path ([`kubernetes::model_in_container`]). `host_bytes` is the
 /// plan's host memory for the process (not the OS reserve), `threads` the CPU threads it runs, `gpu_names`
-/// the planned GPUs' names as the probe read them, `replicas` the pods (one per GPU for a replicated plan).
+/// the planned GPUs' names as the probe read them, `replicas` the pods (one per GPU for a replicated plan),
+/// `image` the container image (`--image`; the official one for the plan's devices when `None`).
 pub fn kubernetes(
     container_serve: &Artifact,
     host_bytes: u64,
@@ -284,6 +285,7 @@ pub fn kubernetes(
     gpus: &[DeviceId],
     gpu_names: &[&str],
     replicas: u32,
+    image: Option<&str>,
 ) -> Artifact {
     let kind = gpus.first().map(|g| g.kind);
     let product = match gpu_names {
@@ -296,7 +298,7 @@ pub fn kubernetes(
     env.remove(API_KEY_ENV);
     let server = Server {
         name: "llama-server",
-        image: default_image(kind).unwrap_or(IMAGE_CPU),
+        image: image.unwrap_or_else(|| default_image(kind).unwrap_or(IMAGE_CPU)),
         // The image's entrypoint is llama-server: the argv after the program are its arguments.
         command: None,
         args: container_serve.argv[1..].to_vec(),

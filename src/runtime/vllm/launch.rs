@@ -103,7 +103,13 @@ pub const HEALTH_PATH: &str = "/health";
 /// tensor-parallel workers exchange tensors through shared memory; a container's default 64 MiB is too small,
 /// vLLM docs "Using Docker": `--ipc=host` or `--shm-size`). The plan models no host memory for vLLM, so the
 /// manifest requests none.
-pub fn kubernetes(serve: &Artifact, gpus: &[DeviceId], gpu_names: &[&str], cpus: u32) -> Artifact {
+pub fn kubernetes(
+    serve: &Artifact,
+    gpus: &[DeviceId],
+    gpu_names: &[&str],
+    cpus: u32,
+    image: Option<&str>,
+) -> Artifact {
     let mut argv = serve.argv.clone();
     if let Some(m) = argv.get_mut(2) {
         *m = kubernetes::model_in_container(m);
@@ -114,7 +120,7 @@ pub fn kubernetes(serve: &Artifact, gpus: &[DeviceId], gpu_names: &[&str], cpus:
         }
         _ => None,
     };
-    let image = default_image();
+    let image = image.map_or_else(default_image, str::to_string);
     let server = Server {
         name: "vllm",
         image: &image,
@@ -157,8 +163,9 @@ pub fn artifacts(
     gpus: &[DeviceId],
     gpu_names: &[&str],
     cpus: u32,
+    image: Option<&str>,
 ) -> Vec<Artifact> {
     let serve = vllm_serve(model_dir, s, gpus);
-    let k8s = kubernetes(&serve, gpus, gpu_names, cpus);
+    let k8s = kubernetes(&serve, gpus, gpu_names, cpus, image);
     vec![serve, k8s]
 }

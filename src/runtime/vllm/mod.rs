@@ -1048,7 +1048,14 @@ impl Vllm<'_> {
         let gpu_names: Vec<&str> = (0..all_gpus.len())
             .map(|i| self.gpus[i].name.as_str())
             .collect();
-        let launch = launch::artifacts(&model_dir, &settings, &all_gpus, &gpu_names, host_threads);
+        let launch = launch::artifacts(
+            &model_dir,
+            &settings,
+            &all_gpus,
+            &gpu_names,
+            host_threads,
+            self.req.overrides.image.as_deref(),
+        );
         let mut warnings = self.warnings.clone();
         warnings.extend(c.eval.notes.iter().cloned());
         Described {
