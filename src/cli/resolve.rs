@@ -622,9 +622,10 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `-o DIR/` (a trailing slash, or an existing directory) asks for a bundle instead of one file.
+/// `-o DIR/` (a trailing slash) asks for a bundle instead of one file. An existing directory named without the
+/// slash is still refused as a file target (tests/hostile_input.rs), so a mistyped `-o` never spreads files.
 fn is_bundle(p: &std::path::Path) -> bool {
-    p.as_os_str().to_string_lossy().ends_with('/') || p.is_dir()
+    p.as_os_str().to_string_lossy().ends_with('/')
 }
 
 /// A launch artifact's file path inside a bundle: relative, no `..`, no root (the names come from the runtimes,
