@@ -43,24 +43,16 @@ fn int8_plan() -> Deployment {
     )
     .unwrap();
     let dir = vllm_models::materialize("Llama-3.1-8B");
-    let out = common::bin_on("cpu-server.yaml")
-        .arg("--profiles")
-        .arg(overlay.path())
-        .args([
-            "resolve",
-            "--format",
-            "json",
-            "-w",
-            "fine-tune-lora-int8",
-            "--hardware",
-            "rtx-4090",
-            "-m",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    common::assert_exit(&out, 0);
-    serde_json::from_slice(&out.stdout).unwrap()
+    let (d, code) = common::resolve_doc_with(
+        "cpu-server.yaml",
+        Some(overlay.path()),
+        dir.path(),
+        "fine-tune-lora-int8",
+        "rtx-4090",
+        &[],
+    );
+    assert_eq!(code, 0, "{:?}", d.suggestions);
+    d
 }
 
 /// Plans that between them emit every file and every strategy: LoRA on one GPU, QLoRA, full training with

@@ -311,24 +311,15 @@ sources:
     )
     .unwrap();
     let dir = vllm_models::materialize("Llama-3.1-8B");
-    let out = common::bin_on("workstation-2x3090.yaml")
-        .arg("--profiles")
-        .arg(overlay.path())
-        .args([
-            "resolve",
-            "--format",
-            "json",
-            "-w",
-            "fine-tune-open",
-            "--hardware",
-            "rtx-4090",
-            "-m",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    common::assert_exit(&out, 0);
-    let d: Deployment = serde_json::from_slice(&out.stdout).unwrap();
+    let (d, code) = common::resolve_doc_with(
+        "workstation-2x3090.yaml",
+        Some(overlay.path()),
+        dir.path(),
+        "fine-tune-open",
+        "rtx-4090",
+        &[],
+    );
+    assert_eq!(code, 0, "{:?}", d.suggestions);
     let s = torch(&d);
     // 16-bit LoRA fits (its 16 GB base and 2048-token activations with checkpointing), so no quantized base is
     // taken: quantization is for when the model would not fit otherwise.

@@ -292,7 +292,23 @@ pub fn resolve_doc(
     hardware: &str,
     extra: &[&str],
 ) -> (Deployment, i32) {
-    let out = bin_on(inventory)
+    resolve_doc_with(inventory, None, model, workload, hardware, extra)
+}
+
+/// [`resolve_doc`] with a profile overlay directory (`--profiles DIR`) when given.
+pub fn resolve_doc_with(
+    inventory: &str,
+    profiles: Option<&Path>,
+    model: &Path,
+    workload: &str,
+    hardware: &str,
+    extra: &[&str],
+) -> (Deployment, i32) {
+    let mut cmd = bin_on(inventory);
+    if let Some(p) = profiles {
+        cmd.arg("--profiles").arg(p);
+    }
+    let out = cmd
         .args([
             "resolve",
             "--format",
