@@ -508,18 +508,23 @@ pub fn estimate(sources: &Sources, req: &EstimateRequest) -> Result<Estimate, Fa
     if let Some(rule) = rule.filter(|_| !m.gpus.is_empty()) {
         notes.push(format!("per-GPU overhead from rule {rule}"));
     }
-    let mut est = llama_cpp::estimate(&spec, &req.params, &m).map_err(|e| {
-        if e.is_model_defect() {
-            Failure::new(
-                exit::INVALID_INPUT,
-                anyhow::anyhow!("{}: {e}", req.model.display()),
-            )
-        } else {
-            Failure::new(exit::USAGE, e)
-        }
-    })?;
+    let mut est =
+        llama_cpp::estimate(&spec, &req.params, &m).map_err(|e| estimate_failure(e, &req.model))?;
     est.notes.extend(notes);
     Ok(est)
+}
+
+/// The exit code and message of a refused estimate: a defect of the model file is invalid input (4) naming the
+/// file; flags llama.cpp would refuse are a usage error (2).
+fn estimate_failure(e: llama_cpp::ParamError, model: &Path) -> Failure {
+    if e.is_model_defect() {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: {e}", model.display()),
+        )
+    } else {
+        Failure::new(exit::USAGE, e)
+    }
 }
 
 /// What `estimate --sweep` varies.
@@ -608,16 +613,8 @@ pub fn estimate_sweep(
             SweepAxis::Context => params.n_ctx = v,
             SweepAxis::Parallel => params.n_parallel = v,
         }
-        let est = llama_cpp::estimate(&spec, &params, &m).map_err(|e| {
-            if e.is_model_defect() {
-                Failure::new(
-                    exit::INVALID_INPUT,
-                    anyhow::anyhow!("{}: {e}", req.model.display()),
-                )
-            } else {
-                Failure::new(exit::USAGE, e)
-            }
-        })?;
+        let est =
+            llama_cpp::estimate(&spec, &params, &m).map_err(|e| estimate_failure(e, &req.model))?;
         if names.is_empty() {
             names = est.devices.iter().map(|d| d.device.clone()).collect();
         }

@@ -171,6 +171,20 @@ pub struct FleetGpu {
 }
 
 impl FleetGpu {
+    /// The link this GPU exchanges tensors with its peers over: NVLink where the board has it built in, else
+    /// PCIe (3.0 x16 when neither the profile nor the probe says).
+    pub fn peer_link(&self) -> crate::perf::collective::Link {
+        use crate::perf::collective;
+        match self.nvlink_bytes_per_s {
+            Some(b) => collective::Link {
+                kind: collective::LinkKind::NvLink,
+                bytes_per_s: b,
+                latency_s: collective::NCCL_NVLINK_LATENCY_S,
+            },
+            None => collective::pcie_link(self.link_bytes_per_s.unwrap_or(PCIE3_X16_BYTES_PER_S)),
+        }
+    }
+
     /// Peaks and efficiencies as the throughput model takes them (1.0 where no rule or evidence says).
     pub fn perf(&self) -> DevicePerf {
         DevicePerf {

@@ -287,6 +287,16 @@ fn eight_bit_adamw_keeps_a_quarter_of_adamws_state() {
     );
 }
 
+/// A measured case's bytes saved by its last decoder layer (the steady state: layer 0 of a LoRA step saves less,
+/// its input needing no gradient).
+fn last_layer_saved(c: &Value) -> u64 {
+    c["saved_bytes_each_layer"]
+        .as_array()
+        .and_then(|a| a.last())
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{}: no saved_bytes_each_layer", c["key"]))
+}
+
 /// What one measured case (tests/fixtures/torch/activations-cpu.json) describes, as the model takes it.
 fn measured_case(c: &Value) -> (LayerShape, Trained, u64, AttentionMemory, u64) {
     let cfg = &c["config_input"];
@@ -352,13 +362,7 @@ fn activations_match_real_training_steps_measured_on_this_cpu() {
             c["seq_len"].as_u64().unwrap(),
         );
         let ckpt = c["gradient_checkpointing"].as_bool().unwrap();
-        let steady = c["saved_bytes_each_layer"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .as_u64()
-            .unwrap();
+        let steady = last_layer_saved(c);
         let one = activation::layer_bytes(&shape, &trained, &step(elem, b, s, attention));
         if ckpt {
             // The forward keeps each layer's input only.
@@ -428,13 +432,7 @@ fn gpt2_layers_measured_on_this_cpu_are_korthikantis_count() {
             ours,
             korthikanti_layer_bytes(s, b, u("n_embd"), u("n_head"))
         );
-        let measured = c["saved_bytes_each_layer"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .as_u64()
-            .unwrap();
+        let measured = last_layer_saved(c);
         let err = measured as f64 / ours as f64 - 1.0;
         println!(
             "{}: measured {measured} vs {ours} ({:+.2} %)",

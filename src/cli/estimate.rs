@@ -80,6 +80,8 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
             continue;
         }
         if flag == "--n-gpu-layers" || flag == "-ngl" || flag == "--gpu-layers" {
+            // `-ngl all` takes the next token as its value, `-ngl=all` carries it.
+            let separate = inline.is_none();
             let value = match inline {
                 Some(v) => Some(v),
                 None => it.peek().and_then(|v| v.to_str()).map(str::to_string),
@@ -91,7 +93,7 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
                 }
                 out.push("--n-gpu-layers".into());
                 out.push("-1".into());
-                if flag_value_was_separate(&s) {
+                if separate {
                     it.next();
                 }
                 continue;
@@ -100,11 +102,6 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
         out.push(a);
     }
     out
-}
-
-/// Whether a flag token carries no `=value` (its value is the next token).
-fn flag_value_was_separate(token: &str) -> bool {
-    !token.contains('=')
 }
 
 /// llama.cpp spells several short flags with more than one letter (`-ub`, `-ngl`); clap's short flags are one

@@ -99,15 +99,6 @@ impl Precision {
             Precision::Fp32 => "fp32",
         }
     }
-
-    /// The torch dtype name (`torch_dtype`, `bnb_4bit_compute_dtype`).
-    pub fn torch(self) -> &'static str {
-        match self {
-            Precision::Bf16 => "bfloat16",
-            Precision::Fp16 => "float16",
-            Precision::Fp32 => "float32",
-        }
-    }
 }
 
 /// The optimizer.

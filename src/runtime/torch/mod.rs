@@ -36,7 +36,7 @@ use crate::memory::torch::{
     self as mem, Breakdown, Inventory, Method, Offload, Optimizer, Precision, Zero,
     activation::AttentionMemory,
 };
-use crate::model::{Format, ModelSpec};
+use crate::model::Format;
 use crate::perf::collective;
 use crate::profile::{Mode, Objective, ReserveTarget, TrainOptimizer, WorkloadProfile};
 
@@ -349,7 +349,7 @@ impl<'a> Torch<'a> {
             optimizer: self.optimizer,
             lora_rank,
             lora_targets,
-            lora_dropout: p.method == Method::Qlora,
+            lora_dropout: Self::lora_dropout(p.method) > 0.0,
             micro_batch: micro,
             sequence: u64::from(self.sequence),
             checkpointing: p.checkpointing,
@@ -414,17 +414,9 @@ impl<'a> Torch<'a> {
         tf.map_or(g.flops, |t| t * 1e12)
     }
 
-    /// The link gradients travel over: NVLink where the GPUs have it, else PCIe.
+    /// The link gradients travel over: the first GPU's (the one with the most free memory) stands for all.
     fn link(&self) -> collective::Link {
-        let g = self.gpus[0];
-        match g.nvlink_bytes_per_s {
-            Some(b) => collective::Link {
-                kind: collective::LinkKind::NvLink,
-                bytes_per_s: b,
-                latency_s: collective::NCCL_NVLINK_LATENCY_S,
-            },
-            None => collective::pcie_link(g.link_bytes_per_s.unwrap_or(PCIE3_X16_BYTES_PER_S)),
-        }
+        self.gpus[0].peer_link()
     }
 
     fn flops_per_token(&self, p: &Point) -> f64 {
@@ -1381,9 +1373,4 @@ impl Torch<'_> {
             training: Some(perf),
         }
     }
-}
-
-/// The model's parameters as the planner reports them, for the tests.
-pub fn inventory(model: &ModelSpec) -> Result<Inventory, String> {
-    mem::inventory(model)
 }

@@ -319,19 +319,7 @@ impl<'a> Vllm<'a> {
     /// The link the group all-reduces over: NVLink on boards that have it built in, else PCIe (3.0 x16 when
     /// neither the profile nor the probe says).
     fn link(&self, p: &Point) -> collective::Link {
-        let g = self.gpus[p.gpus[0]];
-        match g.nvlink_bytes_per_s {
-            Some(b) => collective::Link {
-                kind: collective::LinkKind::NvLink,
-                bytes_per_s: b,
-                latency_s: collective::NCCL_NVLINK_LATENCY_S,
-            },
-            None => collective::Link {
-                kind: collective::LinkKind::Pcie,
-                bytes_per_s: g.link_bytes_per_s.unwrap_or(PCIE3_X16_BYTES_PER_S),
-                latency_s: collective::NCCL_PCIE_LATENCY_S,
-            },
-        }
+        self.gpus[p.gpus[0]].peer_link()
     }
 
     fn settings(&self, c: &Candidate<Point>) -> (VllmSettings, PlanMemory) {
