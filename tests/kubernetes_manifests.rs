@@ -292,6 +292,13 @@ fn check_structure(d: &Deployment, text: &str) -> Vec<String> {
     {
         p.push("no nodeSelector on the GPU product".into());
     }
+    // An AMD pod must not select on an NVIDIA label: no node would carry it (see runtime::kubernetes).
+    if req["amd.com/gpu"].is_string() && !pod["nodeSelector"].is_null() {
+        p.push(format!(
+            "an AMD pod selects nodes by {}",
+            pod["nodeSelector"]
+        ));
+    }
     p
 }
 

@@ -686,6 +686,13 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
             }
         }
     }
+    // Replicas: every line of the script, split into words by a real POSIX shell, is an environment prefix
+    // that pins one device, then an argv the engine's table accepts, on a port no other replica uses.
+    if let Some(script) =
+        launch(doc, "llama-server-replicas")["files"]["llama-server-replicas.sh"].as_str()
+    {
+        problems.extend(check_replicas(t, script));
+    }
     // The Modelfile, by its grammar (below): FROM the planned model, documented PARAMETERs.
     let modelfile = launch(doc, "ollama")["files"]["Modelfile"]
         .as_str()
@@ -711,6 +718,90 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
     problems
 }
 
+/// The words of one shell line as `sh` itself splits them (quotes removed), without running the command.
+fn shell_words(line: &str) -> Result<Vec<String>, String> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("set -- {line}; printf '%s\\0' \"$@\""))
+        .output()
+        .map_err(|e| format!("sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "sh cannot split {line:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split('\0')
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// Problems with a replicas script: each backgrounded line must pin exactly one device through its
+/// environment prefix, start an argv the pinned llama-server accepts, and listen on its own port.
+fn check_replicas(t: &Table, script: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut ports = BTreeSet::new();
+    let mut devices = BTreeSet::new();
+    let lines: Vec<&str> = script
+        .lines()
+        .filter_map(|l| l.strip_suffix(" &"))
+        .collect();
+    if lines.len() < 2 {
+        problems.push(format!("replicas script starts {} servers", lines.len()));
+    }
+    for line in lines {
+        let words = match shell_words(line) {
+            Ok(w) => w,
+            Err(e) => {
+                problems.push(e);
+                continue;
+            }
+        };
+        let program = words
+            .iter()
+            .position(|w| !w.contains('=') || w.starts_with('-'))
+            .unwrap_or(words.len());
+        let (env, argv) = words.split_at(program);
+        for kv in env {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            match k {
+                "CUDA_DEVICE_ORDER" if v == "PCI_BUS_ID" => {}
+                "CUDA_VISIBLE_DEVICES" | "HIP_VISIBLE_DEVICES" => {
+                    if v.parse::<u32>().is_err() || !devices.insert(v.to_string()) {
+                        problems.push(format!(
+                            "replica {k}={v}: not one device of its own"
+                        ));
+                    }
+                }
+                _ if t.options.iter().any(|o| o.env.as_deref() == Some(k)) => {}
+                _ => problems.push(format!(
+                    "replica env {k}={v} is neither a device-pinning variable nor one llama-server reads"
+                )),
+            }
+        }
+        if !argv.first().is_some_and(|p| p.ends_with("llama-server")) {
+            problems.push(format!("replica line {line:?} does not run llama-server"));
+            continue;
+        }
+        problems.extend(
+            check_argv(t, argv)
+                .into_iter()
+                .map(|p| format!("replica: {p}")),
+        );
+        let port = argv
+            .iter()
+            .position(|a| a == "--port")
+            .and_then(|i| argv.get(i + 1));
+        match port {
+            Some(p) if ports.insert(p.clone()) => {}
+            p => problems.push(format!("replica port {p:?}: missing or shared")),
+        }
+    }
+    problems
+}
+
 /// The value after `flag` in the document's llama-server argv.
 fn argv_value(doc: &serde_json::Value, flag: &str) -> Option<String> {
     let argv = launch(doc, "llama-server")["argv"].as_array()?;
@@ -727,6 +818,7 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
     let mut skipped: Vec<String> = Vec::new();
     let mut failures: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut flags_seen = BTreeSet::new();
+    let mut replica_plans = 0usize;
     for inv_path in fixture_inventories() {
         let inv = hardware::load_inventory(&inv_path).unwrap();
         for gguf in fixture_ggufs() {
@@ -768,6 +860,9 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
                 }
                 let mut problems = check_launch(&t, &json);
                 problems.extend(check_mentions(&t, &own, &json));
+                if !launch(&json, "llama-server-replicas").is_null() {
+                    replica_plans += 1;
+                }
                 if !problems.is_empty() {
                     failures.insert(case, problems);
                 }
@@ -784,6 +879,9 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
     // architectures): a floor well below the product so that a refusal here and there does not break it,
     // and well above zero so that a planner refusing everything does.
     assert!(checked >= 300, "only {checked} plans checked");
+    // The multi-GPU inventories give throughput presets replicas; their scripts must have been checked too.
+    eprintln!("{replica_plans} plans with a replicas script");
+    assert!(replica_plans > 0, "no plan with replicas was checked");
     if !failures.is_empty() {
         let mut by_problem: BTreeMap<String, Vec<(&String, &String)>> = BTreeMap::new();
         for (case, ps) in &failures {
@@ -806,6 +904,28 @@ fn every_planned_argv_is_one_the_pinned_llama_server_accepts() {
             "{} of {checked} planned argvs would not start as written:\n{}",
             failures.len(),
             report.join("\n")
+        );
+    }
+}
+
+/// The replica check itself: a clean two-replica script passes; a shared port, a device pinned twice, a flag
+/// llama-server lacks and an unknown variable are each reported.
+#[test]
+fn the_replica_check_refuses_shared_ports_devices_and_foreign_flags() {
+    let t = table();
+    let good = "#!/bin/sh\ntrap 'kill 0' EXIT INT TERM\nCUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 llama-server -m '/m dir/x.gguf' --port 8080 &\nCUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 llama-server -m '/m dir/x.gguf' --port 8081 &\nwait\n";
+    assert_eq!(check_replicas(&t, good), Vec::<String>::new());
+    let bad = "CUDA_VISIBLE_DEVICES=0 llama-server -m x.gguf --port 8080 &\nCUDA_VISIBLE_DEVICES=0 FOO=1 llama-server -m x.gguf --port 8080 --no-such-flag &\n";
+    let p = check_replicas(&t, bad);
+    for want in [
+        "not one device of its own",
+        "FOO=1",
+        "--no-such-flag",
+        "missing or shared",
+    ] {
+        assert!(
+            p.iter().any(|x| x.contains(want)),
+            "{want} not reported in {p:?}"
         );
     }
 }

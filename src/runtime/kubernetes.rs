@@ -13,7 +13,11 @@
 //! - device pinning variables are left out of the container: the device plugin exposes the granted GPUs
 //!   numbered from 0, and `CUDA_VISIBLE_DEVICES=3` inside a one-GPU container would hide the GPU it was given;
 //! - a `nodeSelector` on `nvidia.com/gpu.product` as NVIDIA's GPU feature discovery writes it (see
-//!   [`gpu_product_label`]) keeps the pod on the GPU the plan was made for;
+//!   [`gpu_product_label`]) keeps the pod on the GPU the plan was made for; AMD GPUs get none — trade-off: the
+//!   ROCm node labeller is an opt-in DaemonSet whose label names changed between releases (`beta.amd.com/gpu.*`
+//!   with a count suffix, later `amd.com/gpu.product-name`; ROCm/k8s-device-plugin cmd/k8s-node-labeller), so
+//!   a selector on it could leave the pod unschedulable on a cluster that runs the GPU; the `amd.com/gpu`
+//!   request alone keeps it on an AMD node;
 //! - a startup probe allows for model loading before the liveness probe may restart the container.
 
 use std::collections::BTreeMap;
