@@ -389,8 +389,49 @@ fn apple_gpus_resolve_and_get_metal_working_set() {
         )
         .is_err()
     );
+    // A profiled GPU has what CUDA leaves programs (79.11 GiB at the low end of its rounding, the lowest
+    // public H100 80GB HBM3 total: vllm#27508), not the nominal 80 GiB; a profile without that figure keeps
+    // its nominal size.
     let h100 = gpu_from_profile(&set.hardware("h100-sxm").unwrap().value, 3, 1).unwrap();
-    assert_eq!((h100.index, h100.memory_total_bytes), (3, 80 << 30));
+    assert_eq!(
+        (h100.index, h100.memory_total_bytes),
+        (
+            3,
+            (79.105 * (1u64 << 30) as f64 / (1u64 << 20) as f64) as u64 * (1 << 20)
+        )
+    );
+    assert_eq!(h100.memory_free_bytes, h100.memory_total_bytes);
+    let a10 = gpu_from_profile(&set.hardware("a10").unwrap().value, 0, 1).unwrap();
+    assert_eq!(a10.memory_total_bytes, 24 << 30);
+}
+
+/// Every usable figure a GPU profile gives lies below its nominal size and above 0.9 of it, and the built-in
+/// profiles of the GPUs the plans name carry one (a plan from `--hardware` must not promise the
+/// driver's reserve).
+#[test]
+fn profiled_usable_memory_is_below_the_nominal_size() {
+    let set = builtin();
+    for e in &set.hardware {
+        let m = &e.value.memory;
+        if let (Some(u), Some(s)) = (m.usable_bytes, m.size_bytes) {
+            assert!(
+                u < s && u as f64 >= 0.9 * s as f64,
+                "{}: {u} of {s}",
+                e.value.id
+            );
+        }
+    }
+    for id in ["h100-sxm", "a100-80gb-sxm", "l4", "rtx-4090", "rtx-3090"] {
+        assert!(
+            set.hardware(id)
+                .unwrap()
+                .value
+                .memory
+                .usable_bytes
+                .is_some(),
+            "{id}"
+        );
+    }
 }
 
 #[test]

@@ -164,6 +164,28 @@ fn non_positive_number() {
     expect_one(&d, "test-gpu.yaml", "/memory/bandwidth_gb_s", "positive");
 }
 
+/// A usable memory figure above the nominal size, or far below it (a typo in the digits), is refused; one in
+/// between passes.
+#[test]
+fn usable_memory_must_lie_between_nine_tenths_and_all_of_the_size() {
+    let with = |u: &str| {
+        GPU.replace(
+            "memory: {size_bytes: 25769803776,",
+            &format!("memory: {{size_bytes: 25769803776, usable_bytes: {u},"),
+        )
+    };
+    for bad in ["25769803777", "2538635264"] {
+        let d = check(base(&with(bad)));
+        expect_one(
+            &d,
+            "test-gpu.yaml",
+            "/memory/usable_bytes",
+            "must lie between",
+        );
+    }
+    assert!(check(base(&with("25386352640"))).is_empty());
+}
+
 #[test]
 fn id_must_match_file_name() {
     let d = check(base(&GPU.replace("id: test-gpu", "id: other-gpu")));

@@ -350,6 +350,7 @@ fn derive<'a>(gpu: &Gpu, bandwidth: u64, architectures: &[&ArchitectureRule]) ->
         matching: MatchRules::default(),
         memory: MemorySpec {
             size_bytes: Some(gpu.memory_total_bytes),
+            usable_bytes: None,
             kind: "unknown".into(),
             bandwidth_gb_s,
             bus_width_bits: gpu.memory_bus_width_bits,
@@ -578,6 +579,7 @@ fn heuristic<'a>(
         matching: MatchRules::default(),
         memory: MemorySpec {
             size_bytes: Some(gpu.memory_total_bytes),
+            usable_bytes: None,
             kind: "unknown".into(),
             bandwidth_gb_s,
             bus_width_bits: None,
@@ -694,9 +696,12 @@ pub fn gpu_from_profile(
     let (memory, unified) = match p.kind {
         DeviceKind::Cpu => return Err(format!("{}: a CPU class, not a GPU", p.id)),
         DeviceKind::Soc => (machine_memory_bytes, true),
+        // What CUDA lets programs allocate on the idle GPU where the profile records it (see
+        // `MemorySpec::usable_bytes`), else the nominal size.
         DeviceKind::Gpu => (
             p.memory
-                .size_bytes
+                .usable_bytes
+                .or(p.memory.size_bytes)
                 .ok_or_else(|| format!("{}: a GPU profile without memory.size_bytes", p.id))?,
             false,
         ),

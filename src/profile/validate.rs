@@ -321,9 +321,28 @@ fn check_capability(cc: Option<&str>, at: &str, d: &mut impl FnMut(String, Strin
     }
 }
 
+/// The least share of the nominal size CUDA leaves programs on a profiled GPU: the driver, ECC and firmware
+/// keep a few percent (0.990 on an H100 80GB HBM3, about 0.94 with ECC on older GDDR cards); less is a typo.
+const USABLE_SHARE_MIN: f64 = 0.90;
+
 fn check_hardware(h: &HardwareProfile, v: &Value, d: &mut impl FnMut(String, String)) {
     check_positive(v, false, &[], d);
     check_sources(v, &h.sources, d);
+    if let Some(u) = h.memory.usable_bytes {
+        match h.memory.size_bytes {
+            Some(size) if u > size || (u as f64) < USABLE_SHARE_MIN * size as f64 => d(
+                "/memory/usable_bytes".into(),
+                format!(
+                    "{u} bytes usable of {size}: must lie between {USABLE_SHARE_MIN} of memory.size_bytes and all of it"
+                ),
+            ),
+            Some(_) => {}
+            None => d(
+                "/memory/usable_bytes".into(),
+                "usable_bytes without memory.size_bytes".into(),
+            ),
+        }
+    }
     check_capability(h.compute_capability.as_deref(), "/compute_capability", d);
     for (i, id) in h.matching.pci_ids.iter().enumerate() {
         let ok = id.len() == 9
