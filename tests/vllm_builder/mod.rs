@@ -267,3 +267,17 @@ pub const QWEN25_7B: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type
 "intermediate_size":18944,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,
 "vocab_size":152064,"max_position_embeddings":32768,"rope_theta":1000000.0,"sliding_window":131072,
 "use_sliding_window":false,"tie_word_embeddings":false,"torch_dtype":"bfloat16"}"#;
+
+/// Qwen/Qwen3-32B's config.json (tests/fixtures/vllm/models/Qwen3-32B, with its source), the keys a plan reads.
+pub const QWEN3_32B: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":5120,
+"intermediate_size":25600,"num_hidden_layers":64,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":128,
+"vocab_size":151936,"max_position_embeddings":40960,"rope_theta":1000000,"tie_word_embeddings":false,
+"torch_dtype":"bfloat16"}"#;
+
+/// meta-llama/Llama-3.1-70B-Instruct's config.json (tests/fixtures/vllm/models/Llama-3.1-70B-Instruct, with its
+/// source), the keys a plan reads.
+pub const LLAMA31_70B: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":8192,
+"intermediate_size":28672,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,
+"vocab_size":128256,"max_position_embeddings":131072,"rope_theta":500000.0,"tie_word_embeddings":false,
+"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},
+"torch_dtype":"bfloat16"}"#;
