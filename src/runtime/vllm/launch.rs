@@ -144,7 +144,7 @@ pub fn kubernetes(
     Artifact {
         name: "kubernetes".into(),
         description: format!(
-            "the vllm serve process as a Kubernetes Deployment and Service on port {PORT}: GPUs and CPUs requested (limits only the GPUs), /dev/shm memory-backed; the checkpoint is read from PersistentVolumeClaim {} (a placeholder: copy the model directory to its root) mounted at {}",
+            "the vllm serve process as a Kubernetes Deployment and Service on port {PORT}: GPUs and CPUs requested (limits only the GPUs), no host memory requested (the plan does not model vLLM's host memory: add a request from a measured run), /dev/shm memory-backed; the checkpoint is read from PersistentVolumeClaim {} (a placeholder: copy the model directory to its root) mounted at {}",
             kubernetes::MODEL_CLAIM,
             kubernetes::MODEL_MOUNT
         ),
