@@ -52,12 +52,14 @@ fn non_finite(v: &serde_yaml_ng::Value) -> Option<f64> {
 /// The longest object name git prints (a SHA-256 repository's, in hex); anything longer is not a commit.
 const MAX_COMMIT_CHARS: usize = 64;
 
-/// The commit the binary is built from, for `--version`: `git rev-parse --short HEAD` of this checkout;
-/// "unknown" when the source has no `.git` of its own (a crate tarball or an exported tree, which may sit
-/// inside some other repository) or git is missing or fails. Asks cargo to rebuild when HEAD moves.
+/// The commit the binary is built from, for `--version`: `git rev-parse --short HEAD` of this checkout; for a
+/// crate built from its `cargo package` tarball (`cargo install optimizer`), the commit cargo recorded in
+/// `.cargo_vcs_info.json` (`git.sha1`), shortened the same way; "unknown" when neither is there (an exported
+/// tree, which may sit inside some other repository) or git is missing or fails. Asks cargo to rebuild when
+/// HEAD moves.
 fn git_commit(root: &Path) -> String {
     if !root.join(".git").exists() {
-        return "unknown".to_string();
+        return packaged_commit(root).unwrap_or_else(|| "unknown".to_string());
     }
     let git = |args: &[&str]| {
         std::process::Command::new("git")
@@ -88,6 +90,20 @@ fn git_commit(root: &Path) -> String {
     git(&["rev-parse", "--short", "HEAD"])
         .filter(|h| h.len() <= MAX_COMMIT_CHARS && h.bytes().all(|b| b.is_ascii_hexdigit()))
         .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The length `git rev-parse --short` gives in a repository of this size.
+const SHORT_COMMIT_CHARS: usize = 7;
+
+/// `git.sha1` of `.cargo_vcs_info.json`, which `cargo package` writes into the crate it packs.
+fn packaged_commit(root: &Path) -> Option<String> {
+    let path = root.join(".cargo_vcs_info.json");
+    let text = std::fs::read_to_string(&path).ok()?;
+    println!("cargo:rerun-if-changed={}", path.display());
+    let info: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let sha = info["git"]["sha1"].as_str()?;
+    (sha.len() <= MAX_COMMIT_CHARS && sha.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| sha[..sha.len().min(SHORT_COMMIT_CHARS)].to_string())
 }
 
 fn main() {
