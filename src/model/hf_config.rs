@@ -800,6 +800,20 @@ mod tests {
         );
     }
 
+    /// vLLM's llama.py builds Q/K/V/O with a bias when `attention_bias or bias`; a non-boolean `bias` (other
+    /// families use the key otherwise) is no switch and no error.
+    #[test]
+    fn bias_switches_read_as_vllm_reads_them() {
+        let b = |json: &str| cfg(json).hparams.linear_bias;
+        assert!(b("{}").is_unset());
+        let either = b(r#"{"attention_bias":false,"bias":true,"mlp_bias":false}"#);
+        assert_eq!(either.attention, Some(true));
+        assert_eq!(either.mlp, Some(false));
+        assert_eq!(b(r#"{"attention_bias":false}"#).attention, Some(false));
+        assert_eq!(b(r#"{"qkv_bias":true}"#).qkv, Some(true));
+        assert!(b(r#"{"bias":"none"}"#).is_unset());
+    }
+
     #[test]
     fn quantization_configs() {
         let q = |json: &str| cfg(json).hparams.quantization.expect("quantization");
