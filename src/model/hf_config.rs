@@ -21,8 +21,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::{
-    Defect, GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, Hparams, ModelError, PerLayer, Quantization,
-    Rope, Ssm, swa_layers_with_period,
+    Defect, GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, Hparams, LinearBias, ModelError, PerLayer,
+    Quantization, Rope, Ssm, swa_layers_with_period,
 };
 
 /// Size of `config.json`. Published configs are 1–10 KiB; the largest (vision-language models with label maps
@@ -149,6 +149,15 @@ fn hparams(c: &Cfg, model_type: &str) -> R<Hparams> {
         tied_embeddings: false,
         torch_dtype: c.str(&["torch_dtype", "dtype"])?,
         quantization: quantization(c)?,
+        linear_bias: LinearBias {
+            // Either key true makes it true, as vLLM's llama.py reads them (`attention_bias or bias`).
+            attention: match (c.flag(&["attention_bias"]), c.flag(&["bias"])) {
+                (None, None) => None,
+                (a, b) => Some(a == Some(true) || b == Some(true)),
+            },
+            qkv: c.flag(&["qkv_bias"]),
+            mlp: c.flag(&["mlp_bias"]),
+        },
     })
 }
 
@@ -456,6 +465,11 @@ trait Lookup {
                 _ => Err(wrong(&k, "true or false", v)),
             })
             .transpose()
+    }
+    /// A boolean switch, `None` when absent or of another type: keys like `bias` mean other things in other
+    /// families, and a switch only refines what is counted, so a non-boolean is no reason to refuse the model.
+    fn flag(&self, keys: &[&str]) -> Option<bool> {
+        self.first(keys).and_then(|(_, v)| v.as_bool())
     }
     /// One value for every layer, or a per-layer list.
     fn per_layer(&self, keys: &[&str]) -> R<Option<PerLayer>> {
@@ -784,6 +798,20 @@ mod tests {
                 .ssm
                 .is_none()
         );
+    }
+
+    /// vLLM's llama.py builds Q/K/V/O with a bias when `attention_bias or bias`; a non-boolean `bias` (other
+    /// families use the key otherwise) is no switch and no error.
+    #[test]
+    fn bias_switches_read_as_vllm_reads_them() {
+        let b = |json: &str| cfg(json).hparams.linear_bias;
+        assert!(b("{}").is_unset());
+        let either = b(r#"{"attention_bias":false,"bias":true,"mlp_bias":false}"#);
+        assert_eq!(either.attention, Some(true));
+        assert_eq!(either.mlp, Some(false));
+        assert_eq!(b(r#"{"attention_bias":false}"#).attention, Some(false));
+        assert_eq!(b(r#"{"qkv_bias":true}"#).qkv, Some(true));
+        assert!(b(r#"{"bias":"none"}"#).is_unset());
     }
 
     #[test]

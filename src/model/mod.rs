@@ -325,6 +325,25 @@ pub struct Ssm {
     pub group_count: Option<u64>,
 }
 
+/// Whether config.json says the attention and MLP projections carry a bias: `attention_bias` or `bias`,
+/// `qkv_bias`, `mlp_bias`, each `None` when the key is absent or not a boolean. Runtimes that build the layers
+/// from the config (vLLM) read these to tell a real bias from a stored tensor they never load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LinearBias {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qkv: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mlp: Option<bool>,
+}
+
+impl LinearBias {
+    pub fn is_unset(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// Weight quantization declared by the checkpoint (safetensors `quantization_config`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Quantization {
@@ -381,6 +400,9 @@ pub struct Hparams {
     /// `torch_dtype` from config.json (safetensors).
     pub torch_dtype: Option<String>,
     pub quantization: Option<Quantization>,
+    /// Bias switches from config.json (safetensors only).
+    #[serde(skip_serializing_if = "LinearBias::is_unset")]
+    pub linear_bias: LinearBias,
 }
 
 /// Bytes and weights of one transformer block.

@@ -106,6 +106,8 @@ pub struct RankWeights {
     pub mla_decompressed_bytes: u64,
     /// Tensors whose name matched no vLLM parallel layer: counted replicated (an over-estimate), named here.
     pub unclassified_tensors: Vec<String>,
+    /// Stored tensors vLLM never loads (rotary buffers, biases of projections built without one): in no figure.
+    pub not_loaded_tensors: Vec<String>,
 }
 
 /// What one layer caches.

@@ -23,6 +23,15 @@
 //! FP8, bitsandbytes U8, MXFP4 blocks) and their quantization state keep the stored bytes. Approximation: GPTQ/AWQ
 //! scales stored F16 are created in the model dtype (2 bytes either way unless `--dtype float32`).
 //!
+//! Not loaded: tensors a checkpoint stores that vLLM never allocates are left out of every figure and counted in
+//! [`RankWeights::not_loaded_tensors`]: rotary buffers (`rotary_emb.inv_freq`, the cos/sin caches) and the bias
+//! of a projection vLLM builds without one (old AutoGPTQ wrote a zero `bias` for every quantized linear layer).
+//! vLLM 0.33.0's `AutoWeightsLoader.load_weights` (vllm/model_executor/models/utils.py) drops the first through
+//! `REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER` and ignores the second (`ignore_unexpected_suffixes.append(".bias")`,
+//! "Ignore unexpected biases (typically from GPTQ models)"); parameters are allocated from the model's layers,
+//! not from the file. Trade-off: a stored bias is left out only for the architectures whose builder's bias
+//! switches are read here (llama, qwen2, qwen3); elsewhere it is counted, an over-estimate of a few MiB at most.
+//!
 //! Beyond the file, "Model loading took" (torch bytes allocated by `load_model`, vllm/platforms/cuda.py
 //! `get_current_memory_usage`) includes: the rotary `cos_sin_cache` buffer (rotary_embedding/base.py
 //! `RotaryEmbedding._compute_cos_sin_cache`: `max_position × rotary_dim` in the model dtype, shared by every layer
@@ -31,7 +40,9 @@
 //! activation dtype. Marlin repacking (`gptq_marlin_repack`, `awq_marlin_repack`) permutes packed weights without
 //! changing their element count; its small per-layer workspace is not counted (approximation, under 1 MiB).
 
-use crate::model::{Dtype as FileDtype, ModelSpec, Role, TensorInfo, safetensors::StDtype};
+use crate::model::{
+    Dtype as FileDtype, LinearBias, ModelSpec, Role, TensorInfo, safetensors::StDtype,
+};
 
 use super::{Dtype, RankWeights};
 
@@ -112,6 +123,51 @@ fn module_of(name: &str) -> Option<&str> {
         }
     }
     None
+}
+
+/// Rotary buffers some checkpoints carry (transformers before 4.31 saved `inv_freq`; ColossalAI and GPTQModel
+/// the cos/sin caches): `AutoWeightsLoader.REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER` in vllm/model_executor/models/utils.py
+/// maps them to nothing, and vLLM's rotary layers hold no such tensor (`RotaryEmbedding` registers only its
+/// non-persistent `cos_sin_cache`, vllm/model_executor/layers/rotary_embedding/base.py).
+const ROTARY_BUFFERS: &[&str] = &[
+    "rotary_pos_emb.inv_freq",
+    "rotary_emb.inv_freq",
+    "rotary_emb.cos_cached",
+    "rotary_emb.sin_cached",
+];
+
+/// Whether vLLM 0.33.0 builds projection `module` of architecture `arch` with a bias; `None` where the model
+/// file's switches are not modelled here (the stored bias is then counted).
+fn vllm_builds_bias(arch: &str, module: &str, b: LinearBias) -> Option<bool> {
+    let qkv = matches!(module, "q_proj" | "k_proj" | "v_proj");
+    let o = module == "o_proj";
+    let mlp = matches!(module, "gate_proj" | "up_proj" | "down_proj");
+    match arch {
+        // llama.py `LlamaDecoderLayer.__init__`: Q/K/V `attention_bias or bias`, replaced by `qkv_bias` when the
+        // config has one; o_proj `attention_bias or bias`; `LlamaMLP` `mlp_bias`; each False when absent.
+        "llama" if qkv => Some(b.qkv.or(b.attention).unwrap_or(false)),
+        "llama" if o => Some(b.attention.unwrap_or(false)),
+        "llama" if mlp => Some(b.mlp.unwrap_or(false)),
+        // qwen2.py: `Qwen2Attention` qkv_proj bias=True, o_proj bias=False; `Qwen2MLP` bias=False.
+        "qwen2" if qkv => Some(true),
+        // qwen3.py: `Qwen3Attention` qkv_proj bias=`attention_bias` (False when absent), o_proj bias=False;
+        // its MLP is qwen2.py's `Qwen2MLP`.
+        "qwen3" if qkv => Some(b.attention.unwrap_or(false)),
+        "qwen2" | "qwen3" if o || mlp => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether vLLM never loads stored tensor `t` (see the module doc).
+fn never_loaded(model: &ModelSpec, t: &TensorInfo) -> bool {
+    if ROTARY_BUFFERS.iter().any(|b| t.name.contains(b)) {
+        return true;
+    }
+    let Some(stem) = t.name.strip_suffix(".bias") else {
+        return false;
+    };
+    let module = stem.rsplit('.').next().unwrap_or(stem);
+    vllm_builds_bias(&model.architecture, module, model.hparams.linear_bias) == Some(false)
 }
 
 fn is_bias(name: &str) -> bool {
@@ -229,6 +285,10 @@ pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, 
         Ok(())
     };
     for t in &model.tensors {
+        if never_loaded(model, t) {
+            out.not_loaded_tensors.push(t.name.clone());
+            continue;
+        }
         let bytes = loaded_bytes(t, dtype)?;
         let split = match split_of(t) {
             Some(s) => s,

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::MAX_MATERIALIZED_ARRAY;
 use crate::model::{
-    GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, Hparams, MetaValue, PerLayer, Rope, Ssm, TensorInfo,
-    swa_layers_with_period,
+    GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, Hparams, LinearBias, MetaValue, PerLayer, Rope, Ssm,
+    TensorInfo, swa_layers_with_period,
 };
 
 fn per_layer(v: &MetaValue) -> Option<PerLayer> {
@@ -94,6 +94,7 @@ pub(super) fn hparams_from_metadata(
         tied_embeddings: false,
         torch_dtype: None,
         quantization: None,
+        linear_bias: LinearBias::default(),
     }
 }
 
