@@ -17,6 +17,15 @@
 //! `lmcache-3430-qwen3-8b-24gb-cudagraph-profiling` (sampler-dominated), see tests/vllm_public_logs.rs.
 //! Approximation: the fit also absorbs the non-torch memory created during profiling (attention workspaces)
 //! that vLLM 0.33 counts in the same budget line.
+//!
+//! Trade-off: the sampler is counted on PyTorch's native top-k/top-p path (sorts, 22 bytes per logit), though
+//! 0.33 takes FlashInfer's sampler by default where it can (`VLLM_USE_FLASHINFER_SAMPLER` defaults to 1,
+//! vllm/v1/sample/ops/topk_topp_sampler.py `flashinfer_sampler_supported`: CUDA, a FlashInfer compute
+//! capability, more than 16 SMs), which sorts nothing. Public logs disagree on which path their runs took:
+//! `lmcache-3430` (a ≥ 0.21 V1 log) matches 22 bytes within 0.21 %, while `kubesimplify-…-tp2-v0271` (0.27.1,
+//! Blackwell) leaves room for about 6. The larger figure is kept because the plan pins the KV cache
+//! (`--kv-cache-memory-bytes`): an over-estimate here wastes up to ~2 GiB of KV on a 1024-sequence plan, an
+//! under-estimate would let the sampler's first large batch run out of memory.
 
 use crate::model::{ModelSpec, Role};
 
