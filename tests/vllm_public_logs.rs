@@ -608,31 +608,35 @@ fn round_two_kv_arithmetic_from_the_logged_memory() {
     ] {
         check(id, QWEN25_7B, params(tp, 16_384, 256, 2048));
     }
-    check(
-        "kubesimplify-qwen3-32b-2xrtxpro6000-tp2-v0271",
-        QWEN3_32B,
-        params(2, 32_768, 1024, 8192),
-    );
-    check(
-        "ilseokoh-llama31-8b-a100-40g-eager-v0151",
-        LLAMA31_8B,
-        params(1, 131_072, 256, 8192),
-    );
-    check(
-        "kagaho-llama3-70b-awq-2xl40s-tp2-v0160",
-        LLAMA31_70B,
-        params(2, 8192, 256, 2048),
-    );
-    check(
-        "akiyax-qwen25-7b-awq-rtx4080-v0260",
-        QWEN25_7B,
-        params(1, 32_768, 256, 2048),
-    );
-    check(
-        "dongjangoon-qwen3-8b-nvfp4-rtx5070ti-v0230",
-        QWEN3_8B,
-        params(1, 8192, 256, 2048),
-    );
+    for (id, config, p) in [
+        (
+            "kubesimplify-qwen3-32b-2xrtxpro6000-tp2-v0271",
+            QWEN3_32B,
+            params(2, 32_768, 1024, 8192),
+        ),
+        (
+            "ilseokoh-llama31-8b-a100-40g-eager-v0151",
+            LLAMA31_8B,
+            params(1, 131_072, 256, 8192),
+        ),
+        (
+            "kagaho-llama3-70b-awq-2xl40s-tp2-v0160",
+            LLAMA31_70B,
+            params(2, 8192, 256, 2048),
+        ),
+        (
+            "akiyax-qwen25-7b-awq-rtx4080-v0260",
+            QWEN25_7B,
+            params(1, 32_768, 256, 2048),
+        ),
+        (
+            "dongjangoon-qwen3-8b-nvfp4-rtx5070ti-v0230",
+            QWEN3_8B,
+            params(1, 8192, 256, 2048),
+        ),
+    ] {
+        check(id, config, p);
+    }
     print(&rows);
     assert!(rows.len() >= 10);
 }
