@@ -43,13 +43,21 @@ pub const VERSION: &str = "0.33.0";
 /// FlashMLA takes 64, vllm/v1/attention/backends/mla/flashmla.py `get_supported_kernel_block_sizes`).
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
 
-/// Non-torch device memory of one worker before vLLM's snapshot with TP = 1 (CUDA context, cuBLAS handles):
-/// 0.35 GiB, `non_torch_memory=0.35GiB` with `initial_memory_usage` − weights = 15.34 − 14.99 GiB in the public
-/// log `vllm-10517-llama31-8b-3090-20k` (tests/fixtures/vllm/public-logs.yaml, RTX 3090).
-pub const NON_TORCH_TP1_BYTES: u64 = 350 * (1 << 30) / 1000;
-/// The same with TP > 1, NCCL buffers included: 0.43 GiB, the largest of the per-rank figures 0.34, 0.38 and
-/// 0.43 GiB in `vllm-16570-qwen25-vl-72b-4xa100-40g-v083` (4× A100 40 GB).
-pub const NON_TORCH_TP_BYTES: u64 = 430 * (1 << 30) / 1000;
+/// Non-torch device memory of one worker before vLLM's snapshot with TP = 1 (CUDA context, cuBLAS handles and
+/// workspace): 623,706,112 B (0.58 GiB), measured on an H100 80GB HBM3 as a torch 2.11 + CUDA 13 process's
+/// device memory beyond torch's reserved pool after one bf16 GEMM (tests/fixtures/vllm/device/nontorch.txt).
+/// Trade-off: the largest figure seen is taken for every GPU (the RTX 3090 log `vllm-10517-llama31-8b-3090-20k`
+/// shows 0.35 GiB on an older CUDA): the plan pins the KV cache, so a context smaller than planned leaves the
+/// difference unused, while a larger one would overcommit the GPU.
+pub const NON_TORCH_TP1_BYTES: u64 = 623_706_112;
+/// What tensor parallelism adds before the snapshot (NCCL communicators, the custom all-reduce buffers):
+/// 420 MiB, the largest increase seen, rounded up to whole MiB: the llm-d H100 sweep logs a non-torch increase
+/// of 0.55 GiB at TP 2 against 0.14 GiB at TP 1 for the same checkpoint (`llmd-llama33-70b-fp8-*`) and 0.54
+/// against 0.14 for Qwen3-32B (`llmd-qwen3-32b-*`), where the V0 ranks of `vllm-16570-qwen25-vl-72b-4xa100-40g-v083`
+/// show 0.34-0.43 GiB in all.
+pub const NON_TORCH_TP_EXTRA_BYTES: u64 = 420 << 20;
+/// The same with TP > 1: [`NON_TORCH_TP1_BYTES`] + [`NON_TORCH_TP_EXTRA_BYTES`].
+pub const NON_TORCH_TP_BYTES: u64 = NON_TORCH_TP1_BYTES + NON_TORCH_TP_EXTRA_BYTES;
 
 /// `--dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
