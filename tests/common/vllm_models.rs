@@ -190,3 +190,78 @@ pub fn spec(id: &str) -> ModelSpec {
     let dir = materialize(id);
     model::load(dir.path()).unwrap_or_else(|e| panic!("fixture {id}: {e}"))
 }
+
+/// Kimi-K2-Instruct's shapes from its config.json (model_type `kimi_k2`, DeepSeek-V3's layout): MLA with
+/// `q_lora_rank` 1536, `kv_lora_rank` 512, `qk_nope_head_dim` 128, `qk_rope_head_dim` 64, `v_head_dim` 128 and
+/// 64 heads; 61 layers, the first dense (`first_k_dense_replace` 1, `intermediate_size` 18432), the other 60
+/// MoE with 384 routed experts and one shared expert of `moe_intermediate_size` 2048.
+pub mod kimi_k2 {
+    pub const H: u64 = 7168;
+    pub const VOCAB: u64 = 163_840;
+    pub const LAYERS: u64 = 61;
+    pub const DENSE_LAYERS: u64 = 1;
+    pub const MOE_LAYERS: u64 = LAYERS - DENSE_LAYERS;
+    pub const HEADS: u64 = 64;
+    pub const Q_RANK: u64 = 1536;
+    pub const KV_RANK: u64 = 512;
+    pub const NOPE: u64 = 128;
+    pub const ROPE: u64 = 64;
+    pub const V: u64 = 128;
+    pub const INTER: u64 = 18_432;
+    pub const MOE_INTER: u64 = 2048;
+    pub const EXPERTS: u64 = 384;
+    pub const SHARED: u64 = 1;
+    /// `weight_block_size` [128, 128] of the config's block-FP8 `quantization_config`.
+    pub const BLOCK: u64 = 128;
+
+    /// Elements of the linear layers of one MLA block: q_a, q_b, kv_a_with_mqa, kv_b, o.
+    pub const Q_A: u64 = Q_RANK * H;
+    pub const Q_B: u64 = HEADS * (NOPE + ROPE) * Q_RANK;
+    pub const KV_A: u64 = (KV_RANK + ROPE) * H;
+    pub const KV_B: u64 = HEADS * (NOPE + V) * KV_RANK;
+    pub const O: u64 = H * HEADS * V;
+
+    /// F32 bytes of a [out, in] linear layer's `weight_scale_inv` (ceil(out/128) × ceil(in/128) blocks).
+    pub const fn scale_bytes(out_f: u64, in_f: u64) -> u64 {
+        out_f.div_ceil(BLOCK) * in_f.div_ceil(BLOCK) * 4
+    }
+
+    /// Bytes vLLM 0.33.0 holds for the model at `--dtype bfloat16` over `tp` ranks (rules in
+    /// tests/vllm_fixtures.rs `kimi_k2_weights_per_rank_at_tp8_are_the_replicated_plus_an_eighth_of_the_sharded`).
+    pub struct RankWeights {
+        pub replicated: u64,
+        pub sharded: u64,
+        pub rope_cache: u64,
+        pub w_uk_uv: u64,
+        pub per_rank: u64,
+    }
+
+    pub fn rank_weights(tp: u64) -> RankWeights {
+        let norms = (LAYERS * (2 * H + Q_RANK + KV_RANK) + H) * 2;
+        let mla_a = LAYERS * (Q_A + scale_bytes(Q_RANK, H) + KV_A + scale_bytes(KV_RANK + ROPE, H));
+        let router = MOE_LAYERS * (EXPERTS * H * 2 + EXPERTS * 4);
+        let replicated = norms + mla_a + router;
+        let mla_sharded = LAYERS
+            * (Q_B
+                + scale_bytes(HEADS * (NOPE + ROPE), Q_RANK)
+                + KV_B
+                + scale_bytes(HEADS * (NOPE + V), KV_RANK)
+                + O
+                + scale_bytes(H, HEADS * V));
+        let mlp = |inter: u64| 3 * H * inter + 2 * scale_bytes(inter, H) + scale_bytes(H, inter);
+        let ffn = DENSE_LAYERS * mlp(INTER) + MOE_LAYERS * (EXPERTS + SHARED) * mlp(MOE_INTER);
+        let vocab = 2 * VOCAB * H * 2;
+        let sharded = mla_sharded + ffn + vocab;
+        let rope_cache = 4096 * 32 * ROPE * 2;
+        let w_uk_uv = LAYERS * KV_RANK * (HEADS / tp) * (NOPE + V) * 2;
+        let per_rank = replicated + sharded / tp + rope_cache + w_uk_uv;
+
+        RankWeights {
+            replicated,
+            sharded,
+            rope_cache,
+            w_uk_uv,
+            per_rank,
+        }
+    }
+}
