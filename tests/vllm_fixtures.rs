@@ -452,7 +452,6 @@ fn kimi_k2_mla_kv_cache_is_70272_bytes_a_token_on_every_rank() {
 ///   `W_UK_T`/`W_UV` (per layer 512 × 64/8 heads × (128 + 128) × 2 B).
 #[test]
 fn kimi_k2_weights_per_rank_at_tp8_are_the_replicated_plus_an_eighth_of_the_sharded() {
-    use kimi::*;
     let spec = vllm_models::spec("Kimi-K2-Instruct");
     let tp = 8;
     let kimi::RankWeights {
