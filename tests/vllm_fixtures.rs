@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::vllm_models::{self, config, data_bytes, header, header_bytes, ids, materialize};
+use common::vllm_models::{self, config, data_bytes, header, ids, kimi_k2 as kimi, materialize};
 use optimizer::memory::vllm::{self as vmem, Dtype};
 use optimizer::model::{self, Format, Role};
 
@@ -64,7 +64,7 @@ fn every_fixture_is_read_and_its_bytes_agree_with_the_header() {
             data,
             "{id}: tensor bytes vs data section"
         );
-        let file = 8 + header_bytes(id).len() as u64 + data;
+        let file = vllm_models::file_bytes(id);
         assert_eq!(spec.file_bytes(), file, "{id}: file size");
         for t in &spec.tensors {
             let e = &h[t.name.as_str()];
@@ -98,9 +98,14 @@ fn every_fixture_is_read_and_its_bytes_agree_with_the_header() {
             spec.tensors.iter().any(|t| t.role == Role::Embedding),
             "{id}: no embedding"
         );
-        // The sparse file costs a few KiB of disk however large the model.
-        let path = dir.path().join("model.safetensors");
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), file, "{id}");
+        // The sparse files cost a few KiB of disk however large the model.
+        let written: u64 = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .map(|p| std::fs::metadata(&p).unwrap().len())
+            .sum();
+        assert_eq!(written, file, "{id}");
     }
 }
 
@@ -324,4 +329,197 @@ fn qwen2_qkv_biases_are_loaded() {
             .count(),
         28 * 3
     );
+}
+
+/// The Kimi-K2-Instruct header holds what DeepSeek-V3's layout gives its config, and its parameter count is
+/// MoonshotAI's published "1T total parameters" (the model card; the figure is given to one significant
+/// digit only). The count derived here is 1,026,408,232,448, i.e. 1.03T: the Kimi K2 technical report's
+/// "1.04T" (arXiv 2507.20534, as quoted in summaries) is not reproduced by the config's shapes, and the same
+/// arithmetic gives DeepSeek-V3 its published 671B (without the MTP layer).
+#[test]
+fn kimi_k2_header_has_deepseek_v3s_mla_and_moe_layout_and_one_trillion_parameters() {
+    use kimi::*;
+    let spec = vllm_models::spec("Kimi-K2-Instruct");
+    assert_eq!(spec.architecture, "kimi_k2");
+    let attn = Q_A + Q_RANK + Q_B + KV_A + KV_RANK + KV_B + O;
+    let layer_common = attn + 2 * H;
+    let dense = 3 * H * INTER;
+    // Router [experts, hidden], its F32 e_score_correction_bias [experts], routed and shared experts.
+    let moe = EXPERTS * H + EXPERTS + (EXPERTS + SHARED) * 3 * H * MOE_INTER;
+    let total = 2 * VOCAB * H + H + LAYERS * layer_common + DENSE_LAYERS * dense + MOE_LAYERS * moe;
+    assert_eq!(total, 1_026_408_232_448);
+    assert_eq!(spec.parameter_count(), total);
+    assert_eq!((total as f64 / 1e12).round(), 1.0, "MoonshotAI: 1T total");
+    // Tensors: embed, final norm, lm_head; per layer 2 norms + q_a_layernorm + kv_a_layernorm and the 5
+    // attention linears; the dense MLP's 3 linears; per MoE layer the router and its bias, and 3 linears for
+    // each of 385 experts. Every linear of the blocks carries a weight_scale_inv.
+    let linears = LAYERS * 5 + DENSE_LAYERS * 3 + MOE_LAYERS * (EXPERTS + SHARED) * 3;
+    let tensors = 3 + LAYERS * 4 + MOE_LAYERS * 2 + 2 * linears;
+    assert_eq!(spec.tensors.len() as u64, tensors);
+    assert_eq!(tensors, 139_583);
+    let dtype = |n: &str| spec.tensor(n).unwrap_or_else(|| panic!("{n}")).dtype.name();
+    let shape = |n: &str| {
+        spec.tensor(n)
+            .unwrap_or_else(|| panic!("{n}"))
+            .shape
+            .clone()
+    };
+    let p = "model.layers.5";
+    for (m, out_f, in_f) in [
+        ("self_attn.q_a_proj", Q_RANK, H),
+        ("self_attn.q_b_proj", HEADS * (NOPE + ROPE), Q_RANK),
+        ("self_attn.kv_a_proj_with_mqa", KV_RANK + ROPE, H),
+        ("self_attn.kv_b_proj", HEADS * (NOPE + V), KV_RANK),
+        ("self_attn.o_proj", H, HEADS * V),
+        ("mlp.experts.383.down_proj", H, MOE_INTER),
+        ("mlp.shared_experts.gate_proj", MOE_INTER, H),
+    ] {
+        assert_eq!(dtype(&format!("{p}.{m}.weight")), "F8_E4M3", "{m}");
+        assert_eq!(shape(&format!("{p}.{m}.weight")), [out_f, in_f], "{m}");
+        assert_eq!(
+            shape(&format!("{p}.{m}.weight_scale_inv")),
+            [out_f.div_ceil(BLOCK), in_f.div_ceil(BLOCK)],
+            "{m}"
+        );
+    }
+    assert_eq!(shape("model.layers.0.mlp.gate_proj.weight"), [INTER, H]);
+    assert!(spec.tensor("model.layers.0.mlp.gate.weight").is_none());
+    assert!(
+        spec.tensor("model.layers.1.mlp.experts.0.up_proj.weight")
+            .is_some()
+    );
+    // Not converted: embeddings, lm_head, norms, the router; its correction bias is F32.
+    for n in [
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        "model.layers.5.self_attn.q_a_layernorm.weight",
+        "model.layers.5.self_attn.kv_a_layernorm.weight",
+        "model.layers.5.mlp.gate.weight",
+    ] {
+        assert_eq!(dtype(n), "BF16", "{n}");
+    }
+    assert_eq!(
+        dtype("model.layers.5.mlp.gate.e_score_correction_bias"),
+        "F32"
+    );
+    // No MTP layer: num_nextn_predict_layers is 0.
+    assert!(
+        spec.tensors
+            .iter()
+            .all(|t| !t.name.starts_with("model.layers.61."))
+    );
+}
+
+/// vLLM's MLA cache holds the latent, not K and V: per token and layer one head of `kv_lora_rank +
+/// qk_rope_head_dim` = 576 elements (`MLAAttentionSpec`, head_size_v 0), the same on every rank. At bf16:
+/// 61 × 576 × 2 = 70,272 bytes a token, where decompressed K and V would take 61 × 64 heads × (192 + 128) × 2 =
+/// 2,498,560.
+#[test]
+fn kimi_k2_mla_kv_cache_is_70272_bytes_a_token_on_every_rank() {
+    use kimi::*;
+    let spec = vllm_models::spec("Kimi-K2-Instruct");
+    let per_token = LAYERS * (KV_RANK + ROPE) * 2;
+    assert_eq!(per_token, 70_272);
+    for tp in [1, 8] {
+        let p = vmem::Params {
+            tensor_parallel: tp,
+            dtype: Dtype::Bfloat16,
+            kv_cache_dtype: vmem::KvCacheDtype::Auto,
+            block_size: 64,
+            max_model_len: 131_072,
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
+            enforce_eager: false,
+        };
+        let kv = vmem::kv(&spec, &p).unwrap();
+        assert!(kv.layers.iter().all(|k| *k == vmem::LayerKind::Mla));
+        assert_eq!(kv.page_bytes, per_token * 64, "tp {tp}");
+        assert_eq!(kv.layer_page_bytes, (KV_RANK + ROPE) * 2 * 64, "tp {tp}");
+        // One 131,072-token request: 2,048 blocks of 64.
+        assert_eq!(kv.blocks_per_request, 2048);
+        assert_eq!(kv.min_bytes, per_token * 131_072);
+    }
+}
+
+/// Weights per rank of Kimi-K2-Instruct at TP 8 (vLLM 0.33.0, `--dtype bfloat16`), derived from the shapes:
+/// - replicated (deepseek_v2.py `ReplicatedLinear`, plain parameters): `q_a_proj` and `kv_a_proj_with_mqa`
+///   (FP8 + F32 block scales), every norm (bf16), the router (`GateLinear`, bf16) and its
+///   `e_score_correction_bias`, which vLLM creates as float32 whatever `--dtype` says;
+/// - sharded 8 ways: `q_b_proj`, `kv_b_proj` (column), `o_proj`, the dense MLP, shared experts (merged column +
+///   row) and the fused routed experts, FP8 with their scales (every split dimension is a multiple of
+///   128 × 8, so block scales split evenly); embeddings and lm_head by rows (163,840 is a multiple of 64);
+/// - beyond the file: the yarn `cos_sin_cache` (4096 × 32 positions × 64 rotary dims × 2 B) and MLA's
+///   `W_UK_T`/`W_UV` (per layer 512 × 64/8 heads × (128 + 128) × 2 B).
+#[test]
+fn kimi_k2_weights_per_rank_at_tp8_are_the_replicated_plus_an_eighth_of_the_sharded() {
+    let spec = vllm_models::spec("Kimi-K2-Instruct");
+    let tp = 8;
+    let kimi::RankWeights {
+        replicated,
+        sharded,
+        rope_cache,
+        w_uk_uv,
+        per_rank,
+    } = kimi::rank_weights(tp);
+    let w = vmem::weights(&spec, tp as u32, Dtype::Bfloat16).unwrap();
+    assert!(
+        w.unclassified_tensors.is_empty(),
+        "{:?}",
+        w.unclassified_tensors
+    );
+    assert!(
+        w.not_loaded_tensors.is_empty(),
+        "{:?}",
+        w.not_loaded_tensors
+    );
+    assert_eq!(w.replicated_bytes, replicated);
+    assert_eq!(w.sharded_bytes, sharded);
+    assert_eq!(w.rope_cache_bytes, rope_cache);
+    assert_eq!(w.mla_decompressed_bytes, w_uk_uv);
+    assert_eq!(w.per_rank_bytes, per_rank);
+    // Every stored byte is loaded once the bias is counted at its stored F32: the whole model is the file.
+    assert_eq!(replicated + sharded, spec.tensor_bytes());
+    eprintln!(
+        "Kimi-K2 TP8: replicated {replicated} B, sharded {sharded} B, per rank {per_rank} B = {:.2} GiB",
+        per_rank as f64 / (1u64 << 30) as f64
+    );
+}
+
+/// Regression: DeepSeek's router correction bias is created float32 by vLLM (deepseek_v2.py
+/// `DeepseekV2MoE`), so at `--dtype bfloat16` it costs 4 bytes an element, not 2: Kimi-K2's 60 MoE layers of
+/// 384 held 46,080 bytes more than the plan counted.
+#[test]
+fn e_score_correction_bias_is_held_in_f32_whatever_the_dtype() {
+    let spec = vllm_models::spec("Kimi-K2-Instruct");
+    let bias = spec
+        .tensors
+        .iter()
+        .filter(|t| t.name.ends_with("e_score_correction_bias"))
+        .count() as u64;
+    assert_eq!(bias, 60);
+    for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
+        let w = vmem::weights(&spec, 1, dtype).unwrap();
+        let norms_and_router: u64 = spec
+            .tensors
+            .iter()
+            .filter(|t| {
+                t.name.ends_with("layernorm.weight")
+                    || t.name.ends_with("mlp.gate.weight")
+                    || t.name == "model.norm.weight"
+            })
+            .map(|t| t.elements * dtype.bytes())
+            .sum();
+        let fp8_and_scales: u64 = spec
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.dtype.name(), "F8_E4M3") || t.name.ends_with("weight_scale_inv"))
+            .map(|t| t.bytes)
+            .sum();
+        let vocab = 2 * kimi::VOCAB * kimi::H * dtype.bytes();
+        assert_eq!(
+            w.replicated_bytes + w.sharded_bytes,
+            norms_and_router + fp8_and_scales + vocab + bias * kimi::EXPERTS * 4,
+            "{dtype:?}"
+        );
+    }
 }

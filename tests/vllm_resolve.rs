@@ -262,3 +262,47 @@ fn a_safetensors_checkpoint_without_a_gpu_is_refused_with_a_hint() {
     common::assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--hardware"));
 }
+
+/// Kimi-K2-Instruct (1.03T parameters, block FP8, MLA) on 8× H200: 958 GiB of weights need all eight at TP 8,
+/// 120.97 GiB a rank (derived in tests/common/vllm_models.rs `kimi_k2::rank_weights`), which leaves room for
+/// an MLA KV cache of 16-token blocks of 61 × 576 × 2 bytes a token, the same on every rank.
+#[test]
+fn kimi_k2_fits_eight_h200s_at_tp8_with_an_mla_kv_cache() {
+    use vllm_models::kimi_k2 as kimi;
+    let dir = vllm_models::materialize("Kimi-K2-Instruct");
+    let (d, code) = resolve(dir.path(), "chat", "8x:h200", &[]);
+    assert_eq!(code, 0, "{:?} {:?}", d.warnings, d.suggestions);
+    assert_eq!(d.status, Status::Fits);
+    let s = vllm(&d);
+    assert_eq!(s.tensor_parallel_size, 8);
+    assert_eq!(s.quantization.as_deref(), Some("fp8"));
+    assert!(
+        s.attention_backend.contains("MLA"),
+        "{}",
+        s.attention_backend
+    );
+    // Weights per rank: the replicated tensors plus an eighth of the sharded, the yarn rope cache and the
+    // decompressed W_UK/W_UV.
+    let w = kimi::rank_weights(8);
+    assert_eq!(w.per_rank, 129_890_453_216);
+    let dev = &d.memory.devices[0];
+    assert_eq!(dev.components.weights_bytes, w.per_rank);
+    assert!(dev.total_bytes <= dev.capacity_bytes);
+    // The KV cache is whole MLA blocks: 16 tokens × 61 layers × (512 + 64) × 2 bytes.
+    let page = u64::from(s.block_size) * kimi::LAYERS * (kimi::KV_RANK + kimi::ROPE) * 2;
+    assert_eq!(page, 16 * 70_272);
+    assert_eq!(s.kv_cache_memory_bytes % page, 0);
+    assert_eq!(s.kv_cache_blocks, s.kv_cache_memory_bytes / page);
+    assert_eq!(s.kv_cache_tokens, s.kv_cache_blocks * 16);
+    eprintln!(
+        "Kimi-K2 8x H200: TP {}, weights {:.2} GiB/rank, total {:.2} of {:.2} GiB, KV {} blocks = {} tokens, max_model_len {}",
+        s.tensor_parallel_size,
+        w.per_rank as f64 / GIB as f64,
+        dev.total_bytes as f64 / GIB as f64,
+        dev.capacity_bytes as f64 / GIB as f64,
+        s.kv_cache_blocks,
+        s.kv_cache_tokens,
+        s.max_model_len
+    );
+    check_argv(&d);
+}

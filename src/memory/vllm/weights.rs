@@ -214,13 +214,25 @@ pub fn split_of(t: &TensorInfo) -> Option<Split> {
     Some(Split::Even)
 }
 
+/// Parameters vLLM 0.33.0 creates in float32 whatever `--dtype` says: DeepSeek-V2/V3's (and Kimi-K2's)
+/// `e_score_correction_bias` (deepseek_v2.py `DeepseekV2MoE.__init__`: `torch.empty(n_routed_experts,
+/// dtype=torch.float32)`; only the ROCm AITER path casts it to the router's output dtype).
+const F32_PARAMETERS: &[&str] = &["e_score_correction_bias"];
+
 /// Bytes vLLM allocates for a tensor before splitting: floating tensors that are not quantization state are
-/// created in `--dtype`; everything else keeps its stored bytes.
+/// created in `--dtype` (except [`F32_PARAMETERS`], four bytes an element); everything else keeps its stored
+/// bytes.
 fn loaded_bytes(t: &TensorInfo, dtype: Dtype) -> Result<u64, String> {
     let floating = matches!(
         t.dtype,
         FileDtype::Safetensors(StDtype::F32 | StDtype::F16 | StDtype::BF16 | StDtype::F64)
     );
+    if floating && F32_PARAMETERS.iter().any(|p| t.name.ends_with(p)) {
+        return t
+            .elements
+            .checked_mul(4)
+            .ok_or_else(|| format!("tensor {}: bytes overflow", t.name));
+    }
     if floating && t.role != Role::QuantState {
         t.elements
             .checked_mul(dtype.bytes())
