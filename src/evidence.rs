@@ -49,6 +49,8 @@ pub struct ThroughputPoint {
     pub threads: Option<u32>,
     pub gpu_layers: Option<u32>,
     pub ubatch: Option<u32>,
+    /// GPUs one replica spanned with tensor parallelism, when the row says.
+    pub tensor_parallel: Option<u32>,
     pub tokens: Option<u64>,
     pub what: String,
 }

@@ -621,6 +621,7 @@ fn store_evidence_sets_the_basis_and_cites_its_rows() {
             threads: None,
             gpu_layers: None,
             ubatch: None,
+            tensor_parallel: None,
             tokens: None,
             what: "llama-bench import".into(),
         }],

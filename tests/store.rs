@@ -539,6 +539,27 @@ fn version_one_migrates_and_folds_devices_without_a_uuid() {
     );
 }
 
+/// The tensor-parallel size a row was measured at reaches the planner's evidence (the vLLM runtime uses a row only
+/// at its own size); a row without one says nothing.
+#[test]
+fn a_rows_tensor_parallel_size_reaches_the_evidence() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(&d.path().join("tp.db")).unwrap();
+    let run = s.begin_run(&run_of("vllm bench")).unwrap();
+    let mut at_tp2 = decode(900.0, 8);
+    at_tp2.shape.tensor_parallel = Some(2);
+    let tp2 = s.record(run, &at_tp2).unwrap();
+    let plain = s.record(run, &decode(450.0, 8)).unwrap();
+    s.finish_run(run, "2026-11-22T00:01:00Z").unwrap();
+    let ev = s.evidence(&["h100-sxm".into()], "fp").unwrap();
+    let tp: Vec<(i64, Option<u32>)> = ev
+        .throughput
+        .iter()
+        .map(|t| (t.row, t.tensor_parallel))
+        .collect();
+    assert_eq!(tp, vec![(tp2, Some(2)), (plain, None)]);
+}
+
 /// A run's rows are evidence only once it finished: one left incomplete (killed, say) is counted, never used.
 #[test]
 fn rows_of_an_unfinished_run_are_never_evidence() {

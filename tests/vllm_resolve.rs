@@ -306,3 +306,61 @@ fn kimi_k2_fits_eight_h200s_at_tp8_with_an_mla_kv_cache() {
     );
     check_argv(&d);
 }
+
+/// A measured vLLM throughput replaces the prediction only for a plan of its tensor-parallel size: a decode rate
+/// measured at TP 2 on two RTX 3090s is the figure a TP-2 plan on them reports, and a row that does not say its
+/// size (one GPU) is not (before, rows could only ever match one-GPU plans).
+#[test]
+fn a_measured_vllm_throughput_is_used_at_its_tensor_parallel_size_only() {
+    use optimizer::evidence::{Basis, Evidence, ThroughputPoint};
+    use optimizer::profile::Phase;
+    use optimizer::profile::RuntimeId;
+    use optimizer::runtime::Overrides;
+
+    let spec = vllm_models::spec("Qwen2.5-7B");
+    let inv = common::inventory("workstation-2x3090.yaml");
+    let set = common::profiles();
+    let w = set.workload("chat").unwrap().value.clone();
+    let over = Overrides {
+        runtime: Some(RuntimeId::Vllm),
+        tensor_parallel: Some(2),
+        ..Overrides::default()
+    };
+    let plan = |ev: &Evidence| {
+        common::plan_workload(&spec, "Qwen2.5-7B", &inv, &set, &w, &over, ev).unwrap()
+    };
+    let analytic = plan(&Evidence::default());
+    let v = analytic.settings.vllm().unwrap();
+    assert_eq!(v.tensor_parallel_size, 2);
+    let profile = analytic.hardware.gpus[0].profile.clone();
+    let row = |tp: Option<u32>| ThroughputPoint {
+        row: 11,
+        device_profile: profile.clone(),
+        runtime: RuntimeId::Vllm,
+        phase: Phase::Decode,
+        tokens_per_s: 123.5,
+        concurrency: Some(u64::from(v.max_num_seqs)),
+        threads: None,
+        gpu_layers: None,
+        ubatch: None,
+        tensor_parallel: tp,
+        tokens: None,
+        what: "test row".into(),
+    };
+    let with = |tp| Evidence {
+        throughput: vec![row(tp)],
+        rows: Some(1),
+        ..Evidence::default()
+    };
+    let d = plan(&with(Some(2)));
+    assert_eq!(d.performance.basis, Basis::Measured);
+    assert_eq!(d.performance.decode_tokens_per_s, 123.5);
+    assert_eq!(d.performance.evidence, vec![11]);
+    for other in [None, Some(1), Some(4)] {
+        let d = plan(&with(other));
+        assert_ne!(
+            d.performance.decode_tokens_per_s, 123.5,
+            "a row at TP {other:?} was used by a TP-2 plan"
+        );
+    }
+}

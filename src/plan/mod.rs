@@ -320,12 +320,16 @@ fn performance<R: Runtime>(
             sources.into_iter().collect::<Vec<_>>().join(", ")
         ),
     ));
-    // A measured throughput for exactly this device class and sequence count.
+    // A measured throughput for exactly this device class (every GPU the plan uses of one profile), as many
+    // GPUs as the plan uses (a row that does not say spanned one) and the same sequence count.
     let device_profile = match used_gpus.as_slice() {
         [] => Some(fleet.host.class_id().to_string()),
-        [one] => Some(one.profile.clone()),
+        [one, rest @ ..] if rest.iter().all(|g| g.profile == one.profile) => {
+            Some(one.profile.clone())
+        }
         _ => None,
     };
+    let gpus_used = used_gpus.len().max(1);
     let seqs = u64::from(rt.sequences(&c.point));
     let measured = |phase: Phase| {
         evidence
@@ -336,6 +340,7 @@ fn performance<R: Runtime>(
                     && t.runtime == rt.id()
                     && t.phase == phase
                     && t.concurrency.unwrap_or(1) == seqs
+                    && t.tensor_parallel.map_or(1, |n| n as usize) == gpus_used
                     && rt.measured_here(&c.point, t)
                     // A prompt rate holds for prompts of about the measured length (within a factor of 2).
                     && (phase != Phase::Prefill

@@ -544,7 +544,7 @@ impl Store {
             .prepare_cached(
                 "SELECT m.id, d.profile, r.runtime, r.tool, m.metric, m.value, m.context, m.model_id IS NULL, \
                  m.sequences, r.status = 'complete', m.threads, m.gpu_layers, m.ubatch, r.id, d.name, \
-                 h.physical_cores \
+                 h.physical_cores, m.tensor_parallel \
                  FROM measurement m JOIN device d ON d.id = m.device_id JOIN run r ON r.id = m.run_id \
                  LEFT JOIN model o ON o.id = m.model_id LEFT JOIN host h ON h.id = r.host_id \
                  WHERE d.profile = ?1 AND (m.model_id IS NULL OR o.fingerprint = ?2) ORDER BY m.id",
@@ -578,6 +578,7 @@ impl Store {
                         run: r.get(13)?,
                         name: r.get(14)?,
                         host_cores: r.get(15)?,
+                        tensor_parallel: r.get(16)?,
                     })
                 })
                 .map_err(&e)?;
@@ -902,6 +903,8 @@ struct Row {
     name: String,
     /// Physical cores of the run's host, when the run names one.
     host_cores: Option<i64>,
+    /// The `tensor_parallel` column (version 2): GPUs one replica spanned.
+    tensor_parallel: Option<i64>,
 }
 
 /// Largest efficiency a row may claim: achieved over peak above 1 means the peak in the profile is wrong, and
@@ -973,6 +976,7 @@ impl Row {
                     threads: small(self.threads),
                     gpu_layers: small(self.gpu_layers),
                     ubatch: small(self.ubatch),
+                    tensor_parallel: small(self.tensor_parallel),
                     tokens,
                     what: self.tool,
                 });

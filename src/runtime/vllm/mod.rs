@@ -717,9 +717,9 @@ impl Runtime for Vllm<'_> {
     }
 
     fn measured_here(&self, p: &Point, t: &crate::evidence::ThroughputPoint) -> bool {
-        // A measured vLLM throughput names its devices; the planner checks those and the sequences. The store
-        // does not record TP, so a row matches only a single-GPU replica.
-        p.tp == 1 && t.gpu_layers.is_none()
+        // A measured vLLM throughput names its devices; the planner checks those and the sequences, and here
+        // the tensor-parallel size it ran at (a row that does not say ran one GPU per replica).
+        t.tensor_parallel.unwrap_or(1) == p.tp && t.gpu_layers.is_none()
     }
 
     fn sequences(&self, p: &Point) -> u32 {
