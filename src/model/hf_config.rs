@@ -150,13 +150,14 @@ fn hparams(c: &Cfg, model_type: &str) -> R<Hparams> {
         torch_dtype: c.str(&["torch_dtype", "dtype"])?,
         quantization: quantization(c)?,
         linear_bias: LinearBias {
-            // Either key true makes it true, as vLLM's llama.py reads them (`attention_bias or bias`).
-            attention: match (c.flag(&["attention_bias"]), c.flag(&["bias"])) {
+            // Either key truthy makes it true, as vLLM's llama.py reads them (`attention_bias or bias`, Python
+            // truthiness: a non-empty string or a non-zero number builds the bias too).
+            attention: match (c.truthy(&["attention_bias"]), c.truthy(&["bias"])) {
                 (None, None) => None,
                 (a, b) => Some(a == Some(true) || b == Some(true)),
             },
-            qkv: c.flag(&["qkv_bias"]),
-            mlp: c.flag(&["mlp_bias"]),
+            qkv: c.truthy(&["qkv_bias"]),
+            mlp: c.truthy(&["mlp_bias"]),
         },
     })
 }
@@ -470,6 +471,18 @@ trait Lookup {
     /// families, and a switch only refines what is counted, so a non-boolean is no reason to refuse the model.
     fn flag(&self, keys: &[&str]) -> Option<bool> {
         self.first(keys).and_then(|(_, v)| v.as_bool())
+    }
+    /// The first present key's value as Python's `bool()` reads it (how vLLM's model files test config
+    /// switches): null, false, 0, "" and empty lists or maps are false, anything else true.
+    fn truthy(&self, keys: &[&str]) -> Option<bool> {
+        self.first(keys).map(|(_, v)| match v {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Number(n) => n.as_f64().is_some_and(|x| x != 0.0),
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => !o.is_empty(),
+        })
     }
     /// One value for every layer, or a per-layer list.
     fn per_layer(&self, keys: &[&str]) -> R<Option<PerLayer>> {
@@ -800,8 +813,8 @@ mod tests {
         );
     }
 
-    /// vLLM's llama.py builds Q/K/V/O with a bias when `attention_bias or bias`; a non-boolean `bias` (other
-    /// families use the key otherwise) is no switch and no error.
+    /// vLLM's llama.py builds Q/K/V/O with a bias when `attention_bias or bias`, by Python truthiness: a
+    /// non-boolean `bias` such as "none" is true there, so the stored bias is counted, never dropped.
     #[test]
     fn bias_switches_read_as_vllm_reads_them() {
         let b = |json: &str| cfg(json).hparams.linear_bias;
@@ -811,7 +824,10 @@ mod tests {
         assert_eq!(either.mlp, Some(false));
         assert_eq!(b(r#"{"attention_bias":false}"#).attention, Some(false));
         assert_eq!(b(r#"{"qkv_bias":true}"#).qkv, Some(true));
-        assert!(b(r#"{"bias":"none"}"#).is_unset());
+        assert_eq!(b(r#"{"bias":"none"}"#).attention, Some(true));
+        assert_eq!(b(r#"{"bias":""}"#).attention, Some(false));
+        assert_eq!(b(r#"{"mlp_bias":null,"qkv_bias":1}"#).mlp, Some(false));
+        assert_eq!(b(r#"{"qkv_bias":1}"#).qkv, Some(true));
     }
 
     #[test]

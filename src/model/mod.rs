@@ -326,7 +326,7 @@ pub struct Ssm {
 }
 
 /// Whether config.json says the attention and MLP projections carry a bias: `attention_bias` or `bias`,
-/// `qkv_bias`, `mlp_bias`, each `None` when the key is absent or not a boolean. Runtimes that build the layers
+/// `qkv_bias`, `mlp_bias`, each `None` when the key is absent, else its Python truthiness. Runtimes that build the layers
 /// from the config (vLLM) read these to tell a real bias from a stored tensor they never load.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct LinearBias {
@@ -400,8 +400,9 @@ pub struct Hparams {
     /// `torch_dtype` from config.json (safetensors).
     pub torch_dtype: Option<String>,
     pub quantization: Option<Quantization>,
-    /// Bias switches from config.json (safetensors only).
-    #[serde(skip_serializing_if = "LinearBias::is_unset")]
+    /// Bias switches from config.json (safetensors only). Not serialised: the model fingerprint is the
+    /// serialised hyperparameters, and measurements stored before these were read must keep matching.
+    #[serde(skip)]
     pub linear_bias: LinearBias,
 }
 
