@@ -700,7 +700,9 @@ fn estimate_machine(
                     gpus: (0..*n)
                         .map(|_| GpuTarget {
                             name: p.name.clone(),
-                            free_bytes: p.memory.size_bytes.unwrap_or(0),
+                            // What CUDA leaves programs where the profile records it, as `resolve
+                            // --hardware` plans with (`gpu_from_profile`).
+                            free_bytes: p.memory.usable_bytes.or(p.memory.size_bytes).unwrap_or(0),
                             overhead_bytes: overhead,
                         })
                         .collect(),

@@ -162,3 +162,44 @@ fn a_pasted_llama_server_line_is_accepted_with_its_memory_free_flags_named() {
         .unwrap();
     common::assert_exit(&o, 2);
 }
+
+/// `estimate --hardware` and `resolve --hardware` give a profiled GPU the same room: what CUDA leaves programs
+/// (`memory.usable_bytes`, 79.10 GiB on an H100 80GB) less the same reserve, not the nominal 80 GiB.
+#[test]
+fn estimate_and_resolve_give_a_profiled_gpu_the_same_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let sw = json(&["--sweep", "context", "--hardware", "h100-sxm"], &m);
+    let room = sw["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == "cuda:0")
+        .and_then(|d| d["room_bytes"].as_u64())
+        .unwrap();
+    let o = common::bin_on("laptop-rtx4060.yaml")
+        .args([
+            "resolve",
+            "--format",
+            "json",
+            "-w",
+            "chat",
+            "--hardware",
+            "h100-sxm",
+            "-m",
+        ])
+        .arg(&m)
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 0);
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gpu = doc["memory"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == "cuda:0")
+        .unwrap();
+    let capacity = gpu["capacity_bytes"].as_u64().unwrap();
+    assert_eq!(capacity, 84_937_801_728, "the profile's usable memory");
+    assert_eq!(room, capacity - gpu["reserve_bytes"].as_u64().unwrap());
+}
