@@ -961,6 +961,10 @@ impl Row {
                     .and_then(|n| u64::try_from(n).ok())
                     .or_else(|| json("concurrency"));
                 let small = |n: Option<i64>| n.and_then(|n| u32::try_from(n).ok());
+                // A size the row states but no GPU count can be (a corrupt or foreign row) is not "one GPU".
+                if self.tensor_parallel.is_some() && small(self.tensor_parallel).is_none() {
+                    return;
+                }
                 let tokens = json(if ph == Phase::Prefill {
                     "n_prompt"
                 } else {

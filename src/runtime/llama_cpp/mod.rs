@@ -678,7 +678,10 @@ impl Runtime for LlamaCpp<'_> {
             Some(n) if n >= all => !p.gpus.is_empty() && p.ngl >= all,
             Some(n) => p.ngl == n,
         };
+        // llama.cpp splits layers over GPUs, it has no tensor parallelism: a row measured with it is another
+        // engine's configuration.
         layers_match
+            && t.tensor_parallel.is_none_or(|n| n <= 1)
             && t.threads.is_none_or(|n| n == self.threads(p))
             && t.ubatch.is_none_or(|u| u == p.ubatch)
     }

@@ -717,8 +717,10 @@ impl Runtime for Vllm<'_> {
     }
 
     fn measured_here(&self, p: &Point, t: &crate::evidence::ThroughputPoint) -> bool {
-        // A measured vLLM throughput names its devices; the planner checks those and the sequences, and here
-        // the tensor-parallel size it ran at (a row that does not say ran one GPU per replica).
+        // A measured vLLM throughput names its devices; the planner checks those, the sequences and that the
+        // row spanned as many GPUs as the plan uses, and here the tensor-parallel size it ran at (a row that does
+        // not say ran one GPU). A plan with data-parallel replicas uses more GPUs than one replica's row spans,
+        // so a per-replica rate never stands for its total.
         t.tensor_parallel.unwrap_or(1) == p.tp && t.gpu_layers.is_none()
     }
 
