@@ -5,8 +5,9 @@
 //! they are built and tested (`tests/profiles_validate.rs`, `tests/startup_builtin.rs`), not on every run; a
 //! built-in file that is not YAML fails the build here, naming the file.
 //!
-//! It also sets `OPTIMIZER_GIT_COMMIT` for `--version`: the checkout's short commit, or "unknown" where the
-//! source has no `.git` or git is absent, so a build from a crate archive or an exported tree still succeeds.
+//! It also sets `OPTIMIZER_GIT_COMMIT` for `--version`: the checkout's short commit, the commit `cargo package`
+//! recorded for a build from the crate archive, or "unknown" where neither is there (an exported tree, git
+//! absent), so every build still succeeds.
 
 use std::path::{Path, PathBuf};
 
@@ -53,8 +54,9 @@ fn non_finite(v: &serde_yaml_ng::Value) -> Option<f64> {
 const MAX_COMMIT_CHARS: usize = 64;
 
 /// The commit the binary is built from, for `--version`: `git rev-parse --short HEAD` of this checkout; for a
-/// crate built from its `cargo package` tarball (`cargo install optimizer`), the commit cargo recorded in
-/// `.cargo_vcs_info.json` (`git.sha1`), shortened the same way; "unknown" when neither is there (an exported
+/// crate built from its `cargo package` tarball (`cargo install optimizer-cli`), the commit cargo recorded in
+/// `.cargo_vcs_info.json` (`git.sha1`), shortened the same way and marked `-dirty` when cargo packed
+/// uncommitted changes (`git.dirty`); "unknown" when neither is there (an exported
 /// tree, which may sit inside some other repository) or git is missing or fails. Asks cargo to rebuild when
 /// HEAD moves.
 fn git_commit(root: &Path) -> String {
@@ -102,8 +104,15 @@ fn packaged_commit(root: &Path) -> Option<String> {
     println!("cargo:rerun-if-changed={}", path.display());
     let info: serde_json::Value = serde_json::from_str(&text).ok()?;
     let sha = info["git"]["sha1"].as_str()?;
-    (sha.len() <= MAX_COMMIT_CHARS && sha.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| sha[..sha.len().min(SHORT_COMMIT_CHARS)].to_string())
+    let dirty = info["git"]["dirty"].as_bool() == Some(true);
+    (!sha.is_empty() && sha.len() <= MAX_COMMIT_CHARS && sha.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| {
+            format!(
+                "{}{}",
+                &sha[..sha.len().min(SHORT_COMMIT_CHARS)],
+                if dirty { "-dirty" } else { "" }
+            )
+        })
 }
 
 fn main() {
