@@ -638,5 +638,4 @@ fn round_two_kv_arithmetic_from_the_logged_memory() {
         check(id, config, p);
     }
     print(&rows);
-    assert!(rows.len() >= 10);
 }

@@ -62,7 +62,8 @@ pub struct MemorySpec {
     pub size_bytes: Option<u64>,
     /// What programs can allocate on the idle GPU: the CUDA runtime's total (`cudaMemGetInfo`, PyTorch's
     /// `total_memory` and the "total capacity" of its out-of-memory message, vLLM's total GPU memory), below
-    /// `size_bytes` by what the driver, ECC and the firmware keep (79.18 of 80 GiB on an H100 80GB HBM3).
+    /// `size_bytes` by what the driver, ECC and the firmware keep (79.11 to 79.21 GiB of 80 on an H100 80GB HBM3,
+    /// by driver).
     /// Plans made from the profile (`--hardware`) take it as the GPU's memory; absent, they take `size_bytes`
     /// and overstate the room by that difference.
     #[serde(default, skip_serializing_if = "Option::is_none")]

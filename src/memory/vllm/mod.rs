@@ -51,11 +51,12 @@ pub const DEFAULT_BLOCK_SIZE: u32 = 16;
 /// difference unused, while a larger one would overcommit the GPU.
 pub const NON_TORCH_TP1_BYTES: u64 = 623_706_112;
 /// What tensor parallelism adds before the snapshot (NCCL communicators, the custom all-reduce buffers):
-/// 420 MiB, the largest increase seen, rounded up to whole MiB: the llm-d H100 sweep logs a non-torch increase
-/// of 0.55 GiB at TP 2 against 0.14 GiB at TP 1 for the same checkpoint (`llmd-llama33-70b-fp8-*`) and 0.54
-/// against 0.14 for Qwen3-32B (`llmd-qwen3-32b-*`), where the V0 ranks of `vllm-16570-qwen25-vl-72b-4xa100-40g-v083`
-/// show 0.34-0.43 GiB in all.
-pub const NON_TORCH_TP_EXTRA_BYTES: u64 = 420 << 20;
+/// 430 MiB, the largest increase seen at the far ends of its two-decimal rounding: the llm-d H100 sweep logs a
+/// non-torch increase of 0.55 GiB at TP 2 against 0.14 GiB at TP 1 for the same checkpoint
+/// (`llmd-llama33-70b-fp8-*`), up to 0.555 − 0.135 = 0.42 GiB = 430 MiB, and 0.54 against 0.14 for Qwen3-32B
+/// (`llmd-qwen3-32b-*`), where the V0 ranks of `vllm-16570-qwen25-vl-72b-4xa100-40g-v083` show 0.34-0.43 GiB
+/// in all.
+pub const NON_TORCH_TP_EXTRA_BYTES: u64 = 430 << 20;
 /// The same with TP > 1: [`NON_TORCH_TP1_BYTES`] + [`NON_TORCH_TP_EXTRA_BYTES`].
 pub const NON_TORCH_TP_BYTES: u64 = NON_TORCH_TP1_BYTES + NON_TORCH_TP_EXTRA_BYTES;
 
