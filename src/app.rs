@@ -700,9 +700,8 @@ fn estimate_machine(
                     gpus: (0..*n)
                         .map(|_| GpuTarget {
                             name: p.name.clone(),
-                            // What CUDA leaves programs where the profile records it, as `resolve
-                            // --hardware` plans with (`gpu_from_profile`).
-                            free_bytes: p.memory.usable_bytes.or(p.memory.size_bytes).unwrap_or(0),
+                            // The same memory `resolve --hardware` plans with (`gpu_from_profile`).
+                            free_bytes: p.memory.plannable_bytes().unwrap_or(0),
                             overhead_bytes: overhead,
                         })
                         .collect(),

@@ -663,7 +663,6 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
         for (k, v) in env {
             let v = v.as_str().unwrap_or_default();
             match k.as_str() {
-                "CUDA_DEVICE_ORDER" if v == "PCI_BUS_ID" => {}
                 "CUDA_VISIBLE_DEVICES" | "HIP_VISIBLE_DEVICES" => {
                     let ids: Vec<&str> = v.split(',').collect();
                     if ids.iter().any(|i| i.parse::<u32>().is_err()) {
@@ -677,9 +676,7 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
                         ));
                     }
                 }
-                // Any other variable must be one llama-server reads (the table's `env` names), e.g. the
-                // API key placeholder.
-                _ if t.options.iter().any(|o| o.env.as_deref() == Some(k.as_str())) => {}
+                _ if known_env(t, k, v) => {}
                 _ => problems.push(format!(
                     "llama-server env {k}={v} is neither a device-pinning variable nor one llama-server reads"
                 )),
@@ -716,6 +713,13 @@ fn check_launch(t: &Table, doc: &serde_json::Value) -> Vec<String> {
         Err(e) => problems.push(format!("Modelfile: {e}")),
     }
     problems
+}
+
+/// Whether a launch may set variable `k` (other than the visible-device list, checked on its own): CUDA's
+/// bus-order switch, or one llama-server reads (the table's `env` names, e.g. the API key placeholder).
+fn known_env(t: &Table, k: &str, v: &str) -> bool {
+    (k == "CUDA_DEVICE_ORDER" && v == "PCI_BUS_ID")
+        || t.options.iter().any(|o| o.env.as_deref() == Some(k))
 }
 
 /// The words of one shell line as `sh` itself splits them (quotes removed), without running the command.
@@ -767,7 +771,6 @@ fn check_replicas(t: &Table, script: &str) -> Vec<String> {
         for kv in env {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             match k {
-                "CUDA_DEVICE_ORDER" if v == "PCI_BUS_ID" => {}
                 "CUDA_VISIBLE_DEVICES" | "HIP_VISIBLE_DEVICES" => {
                     if v.parse::<u32>().is_err() || !devices.insert(v.to_string()) {
                         problems.push(format!(
@@ -775,7 +778,7 @@ fn check_replicas(t: &Table, script: &str) -> Vec<String> {
                         ));
                     }
                 }
-                _ if t.options.iter().any(|o| o.env.as_deref() == Some(k)) => {}
+                _ if known_env(t, k, v) => {}
                 _ => problems.push(format!(
                     "replica env {k}={v} is neither a device-pinning variable nor one llama-server reads"
                 )),

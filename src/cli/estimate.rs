@@ -319,30 +319,20 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
 }
 
 pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+    let req = crate::app::EstimateRequest {
+        model: s.model.clone(),
+        params: s.params.clone(),
+        hardware: s.hardware.clone(),
+    };
     if let Some(axis) = s.sweep {
-        let sweep = crate::app::estimate_sweep(
-            common,
-            &crate::app::EstimateRequest {
-                model: s.model.clone(),
-                params: s.params.clone(),
-                hardware: s.hardware.clone(),
-            },
-            axis,
-        )?;
+        let sweep = crate::app::estimate_sweep(common, &req, axis)?;
         let text = match s.format {
             OutputFormat::Table => sweep_table(&sweep),
             f => render(&sweep, f)?,
         };
         return write_stdout(&text);
     }
-    let est = crate::app::estimate(
-        common,
-        &crate::app::EstimateRequest {
-            model: s.model.clone(),
-            params: s.params.clone(),
-            hardware: s.hardware.clone(),
-        },
-    )?;
+    let est = crate::app::estimate(common, &req)?;
     let mut est = est;
     if !s.ignored.is_empty() {
         est.notes.push(format!(

@@ -696,12 +696,9 @@ pub fn gpu_from_profile(
     let (memory, unified) = match p.kind {
         DeviceKind::Cpu => return Err(format!("{}: a CPU class, not a GPU", p.id)),
         DeviceKind::Soc => (machine_memory_bytes, true),
-        // What CUDA lets programs allocate on the idle GPU where the profile records it (see
-        // `MemorySpec::usable_bytes`), else the nominal size.
         DeviceKind::Gpu => (
             p.memory
-                .usable_bytes
-                .or(p.memory.size_bytes)
+                .plannable_bytes()
                 .ok_or_else(|| format!("{}: a GPU profile without memory.size_bytes", p.id))?,
             false,
         ),

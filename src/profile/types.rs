@@ -80,6 +80,14 @@ pub struct MemorySpec {
     pub unified: bool,
 }
 
+impl MemorySpec {
+    /// The memory a plan from this profile may use: [`MemorySpec::usable_bytes`] where the profile records it,
+    /// else the nominal size.
+    pub fn plannable_bytes(&self) -> Option<u64> {
+        self.usable_bytes.or(self.size_bytes)
+    }
+}
+
 /// Dense tensor-core throughput in TFLOPS (TOPS for int8), without 2:4 sparsity, by input type and
 /// accumulation. GeForce parts run FP16/BF16 with FP32 accumulation (what cuBLAS and PyTorch use) at half the
 /// FP16-accumulate rate; data-center parts at full rate.

@@ -106,6 +106,15 @@ pub fn gpu_product_label(name: &str) -> Option<String> {
     .then_some(label)
 }
 
+/// The `nvidia.com/gpu.product` label of a plan's GPUs when they are all one product ([`gpu_product_label`]);
+/// none for mixed products (no one node label matches them all) or no GPUs.
+pub fn common_gpu_product_label(names: &[&str]) -> Option<String> {
+    match names {
+        [first, rest @ ..] if rest.iter().all(|n| n == first) => gpu_product_label(first),
+        _ => None,
+    }
+}
+
 /// Bytes as a Kubernetes quantity in whole MiB, rounded up (`6144Mi`).
 pub fn mebibytes(bytes: u64) -> String {
     format!("{}Mi", bytes.div_ceil(MIB))

@@ -288,12 +288,7 @@ pub fn kubernetes(
     image: Option<&str>,
 ) -> Artifact {
     let kind = gpus.first().map(|g| g.kind);
-    let product = match gpu_names {
-        [first, rest @ ..] if rest.iter().all(|n| n == first) => {
-            kubernetes::gpu_product_label(first)
-        }
-        _ => None,
-    };
+    let product = kubernetes::common_gpu_product_label(gpu_names);
     let mut env = kubernetes::container_env(&container_serve.env);
     env.remove(API_KEY_ENV);
     let server = Server {

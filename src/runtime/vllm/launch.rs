@@ -114,12 +114,7 @@ pub fn kubernetes(
     if let Some(m) = argv.get_mut(2) {
         *m = kubernetes::model_in_container(m);
     }
-    let product = match gpu_names {
-        [first, rest @ ..] if rest.iter().all(|n| n == first) => {
-            kubernetes::gpu_product_label(first)
-        }
-        _ => None,
-    };
+    let product = kubernetes::common_gpu_product_label(gpu_names);
     let image = image.map_or_else(default_image, str::to_string);
     let server = Server {
         name: "vllm",
