@@ -166,6 +166,8 @@ pub struct FleetGpu {
     /// profile has NVLink; tensor-parallel all-reduces run over it, else over PCIe.
     pub nvlink_bytes_per_s: Option<f64>,
     pub compute_capability: Option<(u32, u32)>,
+    /// Streaming multiprocessors: the probe's count, else the profile's.
+    pub sms: Option<u32>,
     /// The GPU allocates from the host's memory (Apple silicon).
     pub unified_memory: bool,
 }
@@ -468,6 +470,7 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Result<Fl
             link_bytes_per_s: link,
             nvlink_bytes_per_s: nvlink_bytes_per_s(&profile),
             compute_capability: cc,
+            sms: g.sm_count.or(profile.sms),
             unified_memory: kind == DeviceKind::Metal,
         });
     }

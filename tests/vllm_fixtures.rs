@@ -430,6 +430,7 @@ fn kimi_k2_mla_kv_cache_is_70272_bytes_a_token_on_every_rank() {
             max_num_seqs: 256,
             max_num_batched_tokens: 8192,
             enforce_eager: false,
+            gpu: vmem::GpuFacts::default(),
         };
         let kv = vmem::kv(&spec, &p).unwrap();
         assert!(kv.layers.iter().all(|k| *k == vmem::LayerKind::Mla));

@@ -70,6 +70,7 @@ fn params(tp: u32, max_model_len: u32, max_num_seqs: u32, batched: u32) -> Param
         max_num_seqs,
         max_num_batched_tokens: batched,
         enforce_eager: false,
+        gpu: vllm::GpuFacts::default(),
     }
 }
 
@@ -373,7 +374,8 @@ fn at(e: &serde_yaml_ng::Value, a: At) -> f64 {
 /// profile differently from the pinned 0.33, so their non-KV memory is not what the plan models: the llm-d
 /// logs (0.11, 1024 sequences) show a sampler pass of about 30-37 bytes per logit (4.76 GiB for Llama-3.1-8B,
 /// 5.56 GiB for Qwen3-0.6B), dennislee22's (0.10.1.1, 256 sequences) about 0.56 GiB in all besides the weights,
-/// where 0.33's sampler (vllm/v1/sample, read for [`vllm::activation`]) keeps 22; and the versions before the
+/// where 0.33's Model Runner V2 sampler keeps 14 on a FlashInfer GPU and holds penalty bins of 4.125 bytes per
+/// sequence slot and token for good (src/memory/vllm/activation.rs); and the versions before the
 /// CUDA-graph estimate did not budget graphs. The errors (`cargo test --test vllm_public_logs round_two --
 /// --nocapture`) are the measure of that gap until a 0.33 start-up is logged. The totals used:
 /// - dennislee22 (A100 80GB, Qwen2-7B-Instruct): the log does not print it; two runs at utilizations 0.25

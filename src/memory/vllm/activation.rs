@@ -1,43 +1,95 @@
-//! Peak torch memory of vLLM's profiling pass (vllm/v1/worker/gpu_model_runner.py `GPUModelRunner.profile_run`):
-//! `_dummy_run(max_num_batched_tokens)` over `min(max_num_seqs, tokens)` requests, then `_dummy_sampler_run` on
-//! one hidden row per request.
+//! Peak torch memory of vLLM 0.33's profiling pass, and the model runner's persistent sampler buffers.
 //!
-//! Structural count, per rank, `dt` = `--dtype` bytes, `T` = `max_num_batched_tokens`, `S` = `min(max_num_seqs, T)`:
+//! The runner: 0.33 runs Model Runner V2 unless `VLLM_USE_V2_MODEL_RUNNER=0` or a feature V2 lacks is asked for
+//! (vllm/config/vllm.py `VllmConfig.use_v2_model_runner`, `_get_v2_model_runner_unsupported_features`: the
+//! `suffix`/`custom_class` speculative methods, EAGLE parallel drafting, pipeline parallelism under
+//! `external_launcher`, dual-batch overlap). None of those is planned, so every formula here is V2's.
+//!
+//! The pass (vllm/v1/worker/gpu/model_runner.py `GPUModelRunner.profile_run`): `_dummy_run(max_num_batched_tokens,
+//! skip_attn=True)` over `min(max_num_seqs, tokens)` requests, then `_dummy_sampler_run` on one hidden row per
+//! request, twice: once with no sampling parameters, then with `SamplingParams.for_sampler_warmup()` (top-k 50,
+//! top-p 0.9, min-p, penalties, logit bias, bad words, logprobs), "so the profiled peak must" pay for the fp32
+//! pipeline the first real steps run.
+//!
+//! Structural count, per rank, `dt` = `--dtype` bytes, `T` = `max_num_batched_tokens`, `S` = `min(max_num_seqs, T)`,
+//! `V` = the vocabulary:
 //! - forward: `T × dt × (2 × hidden + max(attention, feed-forward))`: the residual and the hidden stream, plus
 //!   the largest layer intermediates alive at once: attention `qkv out + attention out` (heads per rank),
 //!   dense MLP `gate_up out [T, 2I/tp] + act out [T, I/tp]`, fused MoE
 //!   (vllm/model_executor/layers/fused_moe/fused_moe.py intermediate caches) `top_k × (3 I_moe/tp + hidden)`
-//!   plus the shared experts' `3 I_shared/tp`.
-//! - sampler: `T × hidden × dt` (the forward's hidden states are still referenced) plus
-//!   `S × vocab × SAMPLER_BYTES_PER_LOGIT` (see the constant).
+//!   plus the shared experts' `3 I_shared/tp`; times [`ACTIVATION_FIT`].
+//! - sampler: `T × hidden × dt` (the forward's hidden states are still referenced) plus `S ×` the bytes per logit
+//!   of the path the GPU takes ([`SamplerPath`]). Counted from the source, not fitted.
 //!
-//! The peak is the larger of the two, times [`ACTIVATION_FIT`]. FITTED: that one constant, on the public log
+//! The transient peak is the larger of the two. FITTED: [`ACTIVATION_FIT`] alone, on the public log
 //! `vllm-10517-llama31-8b-3090-20k` (Llama-3.1-8B, 20000 batched tokens: 2.07 GiB = 17.06 peak − 14.99 weights);
-//! held out: the 29000-token run of the same model (2.99 GiB) and the V1 budget of
-//! `lmcache-3430-qwen3-8b-24gb-cudagraph-profiling` (sampler-dominated), see tests/vllm_public_logs.rs.
-//! Approximation: the fit also absorbs the non-torch memory created during profiling (attention workspaces)
-//! that vLLM 0.33 counts in the same budget line.
+//! held out: the 29000-token run of the same model (2.99 GiB), see tests/vllm_public_logs.rs. That log is V0's
+//! forward; the fit also absorbs the non-torch memory created during profiling (attention workspaces) that 0.33
+//! counts in the same budget line.
 //!
-//! Trade-off: the sampler is counted on PyTorch's native top-k/top-p path (sorts, 22 bytes per logit), though
-//! 0.33 takes FlashInfer's sampler by default where it can (`VLLM_USE_FLASHINFER_SAMPLER` defaults to 1,
-//! vllm/v1/sample/ops/topk_topp_sampler.py `flashinfer_sampler_supported`: CUDA, a FlashInfer compute
-//! capability, more than 16 SMs), which sorts nothing. Public logs disagree on which path their runs took:
-//! `lmcache-3430` (a ≥ 0.21 V1 log) matches 22 bytes within 0.21 %, while `kubesimplify-…-tp2-v0271` (0.27.1,
-//! Blackwell) leaves room for about 6. The larger figure is kept because the plan pins the KV cache
-//! (`--kv-cache-memory-bytes`): an over-estimate here wastes up to ~2 GiB of KV on a 1024-sequence plan, an
-//! under-estimate would let the sampler's first large batch run out of memory.
+//! Persistent ([`runner_buffers_bytes`]): V2's `PenaltiesState` (vllm/v1/worker/gpu/sample/penalties.py) holds
+//! `output_bin_counts [max_num_seqs, V]` int32 and `prompt_bin_mask [max_num_seqs, ⌈V/32⌉]` int32 on the device
+//! from `load_model` on, whatever the requests ask; the Triton top-k/top-p kernel caches one fp32 row of `V` per
+//! program (vllm/v1/sample/ops/topk_topp_triton.py `apply_top_k_top_p_triton`, `_TRITON_BUFFER_CACHE`). Both are
+//! torch allocations after vLLM's snapshot, so they sit inside the requested budget.
+//!
+//! Trade-off: on a FlashInfer GPU the profiling pass never reaches the Triton kernel, but a seeded request does
+//! (the fused sampler refuses per-request seeds, vllm/v1/worker/gpu/sample/sampler.py `Sampler.sample`) after
+//! the KV cache is allocated. Its buffer (at most SMs × V × 4 B: 77 MiB on an H100 for a 152k vocabulary) is
+//! counted on every path, because the plan pins the KV cache and a seeded request must not run out of memory.
 
 use crate::model::{ModelSpec, Role};
 
-use super::Params;
+use super::{GpuFacts, Params};
 
-/// Bytes per logit in the sampler pass: the logits in the model dtype (2), their fp32 copy (4), then top-k/top-p
-/// (vllm/v1/sample/ops/topk_topp_sampler.py) sorts them: sorted values fp32 (4) + int64 indices (8), and the
-/// softmax probabilities fp32 (4). 2 + 4 + 4 + 8 + 4 = 22.
-pub const SAMPLER_BYTES_PER_LOGIT: u64 = 22;
+/// Which top-k/top-p implementation the V2 sampler takes (vllm/v1/worker/gpu/sample/sampler.py
+/// `Sampler.__init__`: `use_flashinfer = flashinfer_sampler_supported()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SamplerPath {
+    /// FlashInfer's fused sampler (flashinfer-python 0.7.2.post1, the version 0.33 requires): CUDA, a compute
+    /// capability the FlashInfer attention backend supports (8.0 to 12.1,
+    /// vllm/v1/attention/backends/flashinfer.py `supports_compute_capability`) and more than 16 SMs
+    /// (vllm/v1/sample/ops/topk_topp_sampler.py `flashinfer_sampler_supported`).
+    FlashInfer,
+    /// The Triton top-k/top-p kernel, then Gumbel sampling (vllm/v1/worker/gpu/sample/gumbel.py), elsewhere.
+    Triton,
+}
 
-/// Multiplier on the structural count, fitted (see module doc): 2.07 GiB measured / 1.907 GiB counted for
-/// Llama-3.1-8B at 20000 tokens = 1.085.
+/// FlashInfer needs more than this many SMs (its multi-CTA top-k barrier, `flashinfer_sampler_supported`).
+const FLASHINFER_MIN_SMS_EXCLUSIVE: u32 = 16;
+
+/// The path a GPU takes. An unknown compute capability or SM count counts as FlashInfer's, the path with more
+/// bytes per logit.
+pub fn sampler_path(gpu: &GpuFacts) -> SamplerPath {
+    let cc_ok = gpu
+        .compute_capability
+        .is_none_or(|cc| ((8, 0)..=(12, 1)).contains(&cc));
+    let sms_ok = gpu.sms.is_none_or(|s| s > FLASHINFER_MIN_SMS_EXCLUSIVE);
+    if cc_ok && sms_ok {
+        SamplerPath::FlashInfer
+    } else {
+        SamplerPath::Triton
+    }
+}
+
+/// fp32 bytes per logit alive at the sampler's peak beyond the model-dtype logits, FlashInfer path: the fp32
+/// copy `apply_sampling_params` makes (`torch.empty_like(logits, dtype=torch.float32).copy_(logits)`), then
+/// FlashInfer's `top_k_top_p_sampling_from_logits` with a per-request top-k tensor (so not its integer-k fast
+/// path) in its default `top_k_first` order: `top_k_mask_logits`'s output (4) and the softmax probabilities (4).
+/// 4 + 4 + 4 = 12.
+pub const FLASHINFER_FP32_BYTES_PER_LOGIT: u64 = 12;
+/// The same on the Triton path: the fp32 copy only; the kernel masks in place and Gumbel sampling keeps one
+/// value and index per 1024-wide block (`gumbel_sample`).
+pub const TRITON_FP32_BYTES_PER_LOGIT: u64 = 4;
+/// `output_bin_counts` is int32 per (sequence slot, token).
+const BIN_COUNT_BYTES: u64 = 4;
+/// `prompt_bin_mask` packs 32 tokens in one int32.
+const PROMPT_MASK_TOKENS_PER_WORD: u64 = 32;
+/// The Triton kernel's cached rows are fp32.
+const TRITON_ROW_BYTES_PER_TOKEN: u64 = 4;
+
+/// Multiplier on the forward's structural count, fitted (see module doc): 2.07 GiB measured / 1.907 GiB counted
+/// for Llama-3.1-8B at 20000 tokens = 1.085.
 pub const ACTIVATION_FIT: f64 = 1.085;
 
 fn m(a: u64, b: u64) -> Result<u64, String> {
@@ -85,6 +137,20 @@ fn layer_elems_per_token(model: &ModelSpec, tp: u64) -> Result<u64, String> {
     Ok(attn.max(mlp))
 }
 
+/// Bytes per logit at the sampler's peak: the model-dtype logits `compute_logits` returns (all-gathered over
+/// the ranks at the padded vocabulary width, vllm/model_executor/layers/logits_processor.py `_gather_logits`)
+/// plus the path's fp32 tensors. Per request row: `dt × V_padded + fp32 × V`.
+fn sampler_row_bytes(vocab: u64, dt: u64, path: SamplerPath) -> Result<u64, String> {
+    let fp32 = match path {
+        SamplerPath::FlashInfer => FLASHINFER_FP32_BYTES_PER_LOGIT,
+        SamplerPath::Triton => TRITON_FP32_BYTES_PER_LOGIT,
+    };
+    m(super::pad_vocab(vocab)?, dt)?
+        .checked_add(m(vocab, fp32)?)
+        .ok_or_else(|| "activation size overflows".to_string())
+}
+
+/// Transient peak of the profiling pass on one rank (see the module doc).
 pub fn activation_peak_bytes(model: &ModelSpec, p: &Params) -> Result<u64, String> {
     let h = &model.hparams;
     let tp = u64::from(p.tensor_parallel.max(1));
@@ -96,9 +162,41 @@ pub fn activation_peak_bytes(model: &ModelSpec, p: &Params) -> Result<u64, Strin
     let per_token = m(2, hidden)?
         .checked_add(layer_elems_per_token(model, tp)?)
         .ok_or("activation size overflows")?;
-    let forward = m(m(t, dt)?, per_token)?;
+    let forward = (m(m(t, dt)?, per_token)? as f64 * ACTIVATION_FIT) as u64;
+    let path = sampler_path(&p.gpu);
     let sampler = m(m(t, hidden)?, dt)?
-        .checked_add(m(m(s, vocab)?, SAMPLER_BYTES_PER_LOGIT)?)
+        .checked_add(m(s, sampler_row_bytes(vocab, dt, path)?)?)
         .ok_or("activation size overflows")?;
-    Ok((forward.max(sampler) as f64 * ACTIVATION_FIT) as u64)
+    Ok(forward.max(sampler))
+}
+
+/// Rows the Triton kernel caches: one per program, `min(next_pow2(min(SMs, S)), SMs)`
+/// (`apply_top_k_top_p_triton`); with the SM count unknown, `next_pow2(S)`, its bound.
+fn triton_rows(sms: Option<u32>, seqs: u64) -> u64 {
+    match sms {
+        Some(n) => {
+            let n = u64::from(n.max(1));
+            n.min(seqs.max(1)).next_power_of_two().min(n)
+        }
+        None => seqs.max(1).next_power_of_two(),
+    }
+}
+
+/// The V2 runner's persistent sampler buffers on one rank: the penalty bins for `max_num_seqs` slots and the
+/// Triton kernel's cached rows (see the module doc).
+pub fn runner_buffers_bytes(model: &ModelSpec, p: &Params) -> Result<u64, String> {
+    let vocab = model.hparams.vocab_size.ok_or("no vocabulary size")?;
+    let slots = u64::from(p.max_num_seqs);
+    let bins = m(slots, m(vocab, BIN_COUNT_BYTES)?)?;
+    let mask = m(
+        slots,
+        m(vocab.div_ceil(PROMPT_MASK_TOKENS_PER_WORD), BIN_COUNT_BYTES)?,
+    )?;
+    let triton = m(
+        triton_rows(p.gpu.sms, slots),
+        m(vocab, TRITON_ROW_BYTES_PER_TOKEN)?,
+    )?;
+    bins.checked_add(mask)
+        .and_then(|v| v.checked_add(triton))
+        .ok_or_else(|| "sampler buffer size overflows".to_string())
 }

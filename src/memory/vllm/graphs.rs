@@ -7,8 +7,10 @@
 //! every size piecewise and the uniform-decode sizes `≤ max_num_seqs` as full graphs (the public log
 //! `lmcache-3430-…` prints `PIECEWISE=51 (largest=512), FULL=35 (largest=256)` for 256 sequences).
 //!
-//! The estimate (vllm/v1/worker/gpu_model_runner.py `profile_cudagraph_memory`): per mode, the first capture's
-//! bytes plus `(n − 1) ×` the second capture's, floored at 1 MiB a graph. Here every graph costs
+//! The estimate (Model Runner V2, vllm/v1/worker/gpu/cudagraph_utils.py `profile_cudagraph_memory`): the
+//! PIECEWISE graphs are captured and measured in full; the FULL graphs are sampled (the two largest) and
+//! extrapolated as the first capture's bytes plus `(n − 1) ×` the second's, floored at 1 MiB a graph
+//! (`_extrapolate_full_graph_memory`). Here every graph costs
 //! `max(layers × CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, 1 MiB)` (graph nodes grow with layers).
 //! FITTED: [`CUDA_GRAPH_BYTES_PER_GRAPH_LAYER`] on the only public figure, "Estimated CUDA graph memory: 0.52 GiB
 //! total" for Qwen3-8B (36 layers, 86 graphs) in `lmcache-3430-qwen3-8b-24gb-cudagraph-profiling`; no

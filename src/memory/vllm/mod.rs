@@ -7,8 +7,10 @@
 //! and sets `requested_memory = ceil(total × gpu_memory_utilization)` (vllm/v1/worker/utils.py
 //! `request_memory`), refusing to start when the free memory at that point is below it. The profile then
 //! measures `non_kv_cache_memory = (init free − free after profiling) + (torch peak − torch allocated)`
-//! (vllm/utils/mem_utils.py `memory_profiling`): weights, what the profiling pass left allocated and its
-//! transient peak. With CUDA graphs on, `profile_cudagraph_memory` is subtracted too
+//! (vllm/utils/mem_utils.py `memory_profiling`): weights, what the model runner holds for good (its sampler
+//! buffers, [`NonKv::runner_buffers_bytes`]) and the profiling pass's transient peak. The runner is Model Runner
+//! V2, 0.33's default (see [`activation`]). With CUDA graphs on, `profile_cudagraph_memory`
+//! (vllm/v1/worker/gpu/cudagraph_utils.py) is subtracted too
 //! (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` defaults to 1, vllm/envs.py):
 //! `available_kv = requested − non_kv_cache_memory − cudagraph estimate` ([`available_kv_bytes`]).
 //! The non-torch memory created before the snapshot ([`NonKv::non_torch_bytes`]) is therefore outside the
@@ -27,7 +29,10 @@ mod weights;
 
 use crate::model::{Format, ModelSpec};
 
-pub use activation::{ACTIVATION_FIT, SAMPLER_BYTES_PER_LOGIT, activation_peak_bytes};
+pub use activation::{
+    ACTIVATION_FIT, FLASHINFER_FP32_BYTES_PER_LOGIT, SamplerPath, TRITON_FP32_BYTES_PER_LOGIT,
+    activation_peak_bytes, runner_buffers_bytes, sampler_path,
+};
 pub use graphs::{
     CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, DEFAULT_MAX_GRAPH_SIZE, capture_sizes, cuda_graph_bytes,
 };
@@ -84,7 +89,15 @@ pub enum KvCacheDtype {
     Fp8,
 }
 
-/// The serving parameters the memory depends on, named as vLLM's flags.
+/// What vLLM reads from the GPU that changes its memory: the sampler path and the Triton kernel's rows
+/// ([`sampler_path`], [`runner_buffers_bytes`]). `None` where neither the probe nor the profile says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuFacts {
+    pub compute_capability: Option<(u32, u32)>,
+    pub sms: Option<u32>,
+}
+
+/// The serving parameters the memory depends on, named as vLLM's flags, and the GPU's facts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
     pub tensor_parallel: u32,
@@ -95,6 +108,7 @@ pub struct Params {
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
     pub enforce_eager: bool,
+    pub gpu: GpuFacts,
 }
 
 /// Weights held by one rank.
@@ -151,8 +165,11 @@ pub struct NonKv {
     pub weights: RankWeights,
     /// CUDA context, cuBLAS and (TP > 1) NCCL, allocated before vLLM's snapshot: outside the requested budget.
     pub non_torch_bytes: u64,
-    /// Peak of the profiling pass (forward over `max_num_batched_tokens`, then the sampler), fitted.
+    /// Peak of the profiling pass (forward over `max_num_batched_tokens`, then the sampler); the forward fitted.
     pub activation_peak_bytes: u64,
+    /// The model runner's persistent sampler buffers (penalty bins, the Triton kernel's rows): torch memory
+    /// allocated after the snapshot, inside the requested budget.
+    pub runner_buffers_bytes: u64,
     /// `profile_cudagraph_memory`'s estimate; 0 with `--enforce-eager`.
     pub cuda_graph_bytes: u64,
 }
@@ -228,6 +245,7 @@ pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, String> {
         NON_TORCH_TP1_BYTES
     };
     let activation_peak_bytes = activation::activation_peak_bytes(model, p)?;
+    let runner_buffers_bytes = activation::runner_buffers_bytes(model, p)?;
     let cuda_graph_bytes = if p.enforce_eager {
         0
     } else {
@@ -237,6 +255,7 @@ pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, String> {
         weights,
         non_torch_bytes,
         activation_peak_bytes,
+        runner_buffers_bytes,
         cuda_graph_bytes,
     })
 }
@@ -252,13 +271,14 @@ pub fn requested_bytes(total_gpu_bytes: u64, gpu_memory_utilization: f64) -> u64
 }
 
 /// `available_kv_cache_memory_bytes` (gpu_worker.py `determine_available_memory`): requested minus weights,
-/// activation peak and CUDA graph estimate; Err when nothing is left (vLLM: "No available memory for the cache
-/// blocks").
+/// the runner's buffers, activation peak and CUDA graph estimate; Err when nothing is left (vLLM: "No
+/// available memory for the cache blocks").
 pub fn available_kv_bytes(requested: u64, non_kv: &NonKv) -> Result<u64, String> {
     let used = non_kv
         .weights
         .per_rank_bytes
-        .checked_add(non_kv.activation_peak_bytes)
+        .checked_add(non_kv.runner_buffers_bytes)
+        .and_then(|v| v.checked_add(non_kv.activation_peak_bytes))
         .and_then(|v| v.checked_add(non_kv.cuda_graph_bytes))
         .ok_or("non-KV bytes overflow")?;
     match requested.checked_sub(used) {

@@ -189,7 +189,25 @@ impl<'a> Vllm<'a> {
             max_num_seqs: p.max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens.max(p.max_num_seqs),
             enforce_eager: p.enforce_eager,
+            gpu: self.gpu_facts(&p.gpus),
         }
+    }
+
+    /// The facts of the group member whose sampler costs most: one on FlashInfer's path if any is, then the most
+    /// SMs (the Triton kernel's rows). Ranks of a mixed group size their own buffers; the plan takes the largest.
+    fn gpu_facts(&self, gpus: &[usize]) -> mem::GpuFacts {
+        gpus.iter()
+            .map(|&i| mem::GpuFacts {
+                compute_capability: self.gpus[i].compute_capability,
+                sms: self.gpus[i].sms,
+            })
+            .max_by_key(|f| {
+                (
+                    mem::sampler_path(f) == mem::SamplerPath::FlashInfer,
+                    f.sms.map_or(u32::MAX, |s| s),
+                )
+            })
+            .unwrap_or_default()
     }
 
     /// Per-GPU capacity of a group: its smallest member's free memory and the largest reserve.
@@ -222,6 +240,7 @@ impl<'a> Vllm<'a> {
             .weights
             .per_rank_bytes
             .saturating_add(nk.non_torch_bytes)
+            .saturating_add(nk.runner_buffers_bytes)
             .saturating_add(nk.activation_peak_bytes)
             .saturating_add(nk.cuda_graph_bytes);
         let needed = kv
@@ -645,7 +664,7 @@ impl Runtime for Vllm<'_> {
             let components = MemoryComponents {
                 weights_bytes: m.nk.weights.per_rank_bytes,
                 kv_cache_bytes: m.kv_alloc,
-                compute_bytes: m.nk.activation_peak_bytes,
+                compute_bytes: m.nk.activation_peak_bytes + m.nk.runner_buffers_bytes,
                 overhead_bytes: m.nk.non_torch_bytes,
                 cuda_graphs_bytes: m.nk.cuda_graph_bytes,
                 ..MemoryComponents::default()
@@ -906,12 +925,18 @@ impl Vllm<'_> {
             "settings.kv_cache_memory_bytes",
             Source::Computed,
             format!(
-                "every byte left per GPU: {:.2} GiB free - {:.2} GiB margin - {:.2} GiB weights - {:.2} GiB non-torch - {:.2} GiB profiling peak - {:.2} GiB CUDA graphs, in whole blocks of {} bytes; the workload needs {:.2} GiB ({} sequences of {} tokens)",
+                "every byte left per GPU: {:.2} GiB free - {:.2} GiB margin - {:.2} GiB weights - {:.2} GiB non-torch - {:.2} GiB sampler buffers ({} sequence slots) - {:.2} GiB profiling peak ({} sampler) - {:.2} GiB CUDA graphs, in whole blocks of {} bytes; the workload needs {:.2} GiB ({} sequences of {} tokens)",
                 gib(m.cap),
                 gib(m.reserve),
                 gib(m.nk.weights.per_rank_bytes),
                 gib(m.nk.non_torch_bytes),
+                gib(m.nk.runner_buffers_bytes),
+                p.max_num_seqs,
                 gib(m.nk.activation_peak_bytes),
+                match mem::sampler_path(&self.gpu_facts(&p.gpus)) {
+                    mem::SamplerPath::FlashInfer => "FlashInfer",
+                    mem::SamplerPath::Triton => "Triton",
+                },
                 gib(m.nk.cuda_graph_bytes),
                 m.kv.page_bytes,
                 gib(m.kv.min_bytes.saturating_mul(u64::from(p.max_num_seqs))),
