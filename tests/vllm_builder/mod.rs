@@ -245,6 +245,32 @@ pub const QWEN3_235B_A22B_FP8: &str = r#"{"architectures":["Qwen3MoeForCausalLM"
 "max_position_embeddings":40960,"rope_theta":1000000,"tie_word_embeddings":false,"torch_dtype":"bfloat16",
 "quantization_config":{"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128]}}"#;
 
+/// Qwen/Qwen2.5-0.5B-Instruct's config.json, the keys a plan reads: from Prashanth-Arun/model-chunking README.md
+/// at commit 1793ac9bb4ad5b9434e566dc7abdc228f1498ada, lines 49-76 (a copy of the Hub file in which the author
+/// renamed `architectures` and `model_type`, each with a "before it was" comment; the published values are used).
+pub const QWEN25_05B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2",
+"hidden_size":896,"intermediate_size":4864,"num_hidden_layers":24,"num_attention_heads":14,"num_key_value_heads":2,
+"vocab_size":151936,"max_position_embeddings":32768,"rope_theta":1000000.0,"sliding_window":32768,
+"use_sliding_window":false,"tie_word_embeddings":true,"torch_dtype":"bfloat16"}"#;
+
+/// Qwen/Qwen2.5-1.5B-Instruct's config.json, the keys a plan reads: from AteniaEngine/ateniaengine
+/// tests/qwen25_numerical_validation_test.rs at commit ecfeccaab947597d05f6eb2a8d6e86f12679e5a2
+/// (`EMBEDDED_QWEN25_CONFIG`, "Verbatim snapshot of the Qwen 2.5 1.5B Instruct config.json").
+pub const QWEN25_15B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2",
+"hidden_size":1536,"intermediate_size":8960,"num_hidden_layers":28,"num_attention_heads":12,"num_key_value_heads":2,
+"vocab_size":151936,"max_position_embeddings":32768,"rope_theta":1000000.0,"sliding_window":32768,
+"use_sliding_window":false,"tie_word_embeddings":true,"torch_dtype":"bfloat16"}"#;
+
+/// Qwen/Qwen3-235B-A22B-Instruct-2507-FP8: the shapes of [`QWEN3_235B_A22B_FP8`] with the 2507 release's
+/// max_position_embeddings 262144 and rope_theta 5000000 (the Qwen3-235B-A22B-Instruct-2507 config as a public
+/// model report prints it; the FP8 block quantization as kubesimplify/website's post quotes this repository's
+/// config.json, commit 08b151ee1aa38188fb118b99104567117a2ca6d4). No verbatim copy of the FP8 file was found.
+pub const QWEN3_235B_A22B_2507_FP8: &str = r#"{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe",
+"hidden_size":4096,"intermediate_size":12288,"moe_intermediate_size":1536,"num_experts":128,"num_experts_per_tok":8,
+"num_hidden_layers":94,"num_attention_heads":64,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,
+"max_position_embeddings":262144,"rope_theta":5000000,"tie_word_embeddings":false,"torch_dtype":"bfloat16",
+"quantization_config":{"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128]}}"#;
+
 pub const DEEPSEEK_V2_LITE: &str = r#"{"architectures":["DeepseekV2ForCausalLM"],"model_type":"deepseek_v2",
 "hidden_size":2048,"intermediate_size":10944,"moe_intermediate_size":1408,"n_routed_experts":64,"n_shared_experts":2,
 "num_experts_per_tok":6,"first_k_dense_replace":1,"num_hidden_layers":27,"num_attention_heads":16,
