@@ -298,13 +298,14 @@ fn requested_memory_and_budget() {
 /// The V2 sampler's bytes by path (src/memory/vllm/activation.rs), derived by hand for Llama-3.1-8B (vocab
 /// 128,256, a multiple of 64, so the padded logits are as wide), 256 sequences, 2048 batched tokens, bf16:
 /// - forward: 2048 × 2 × (2 × 4096 + max(attention 32·128 + 8·256 + 32·128 = 10,240, MLP 3 × 14,336 = 43,008))
-///   = 209,715,200 B, × 1.085 = 227,541,000 B;
+///   = 209,715,200 B, × 1.085 = 227,540,992 B;
 /// - FlashInfer sampler: hidden 2048 × 4096 × 2 = 16,777,216 plus 256 × 128,256 × (2 + 12) = 459,669,504:
 ///   476,446,720 B, above the forward, so the peak;
 /// - Triton sampler: 16,777,216 + 256 × 128,256 × (2 + 4) = 213,778,432 B, below it: the forward is the peak.
 ///
-/// Persistent: bins 256 × 128,256 × 4 = 131,334,144, prompt mask 256 × 4,008 × 4 = 4,104,192, Triton rows
-/// (108 SMs: min(next_pow2(min(108, 256)) = 128, 108) = 108) 108 × 128,256 × 4 = 55,406,592: 190,844,928 B.
+/// Persistent: bins 256 × 128,256 × 4 = 131,334,144, prompt mask 256 × 4,008 × 4 = 4,104,192, request tables
+/// 256 × 17,924 = 4,588,544, Triton rows (108 SMs: min(next_pow2(min(108, 256)) = 128, 108) = 108, the SM
+/// count capping the power of two) 108 × 128,256 × 4 = 55,406,592: 195,433,472 B.
 #[test]
 fn the_v2_sampler_is_counted_by_its_path() {
     let llama = build(LLAMA31_8B, StDtype::BF16, Pack::None);
@@ -323,7 +324,7 @@ fn the_v2_sampler_is_counted_by_its_path() {
     );
     assert_eq!(
         vllm::runner_buffers_bytes(&llama, &a100).unwrap(),
-        190_844_928
+        195_433_472
     );
     // Turing (7.5) is below FlashInfer's floor in 0.33; an RTX 3050 Laptop (8.6, 16 SMs) has too few SMs.
     for (cc, sms) in [((7, 5), 40), ((8, 6), 16), ((13, 0), 148)] {
@@ -339,14 +340,14 @@ fn the_v2_sampler_is_counted_by_its_path() {
             "{cc:?}"
         );
     }
-    // 17 SMs are enough; the Triton rows stop at the SM count (16 → 16 rows).
+    // 17 SMs are enough; with 16 the rows are min(next_pow2(16), 16) = 16.
     assert_eq!(
         vllm::sampler_path(&on((8, 6), 17).gpu),
         vllm::SamplerPath::FlashInfer
     );
     assert_eq!(
         vllm::runner_buffers_bytes(&llama, &on((8, 6), 16)).unwrap(),
-        131_334_144 + 4_104_192 + 16 * 128_256 * 4
+        131_334_144 + 4_104_192 + 4_588_544 + 16 * 128_256 * 4
     );
     // Unknown facts: FlashInfer's path and next_pow2(256) = 256 rows, the bounds.
     let unknown = params(1);
@@ -356,7 +357,7 @@ fn the_v2_sampler_is_counted_by_its_path() {
     );
     assert_eq!(
         vllm::runner_buffers_bytes(&llama, &unknown).unwrap(),
-        131_334_144 + 4_104_192 + 256 * 128_256 * 4
+        131_334_144 + 4_104_192 + 4_588_544 + 256 * 128_256 * 4
     );
 }
 

@@ -364,3 +364,21 @@ fn a_measured_vllm_throughput_is_used_at_its_tensor_parallel_size_only() {
         );
     }
 }
+
+/// The sampler's path follows the GPU (vLLM 0.33's `flashinfer_sampler_supported`: compute capability 8.0 to
+/// 12.1 and more than 16 SMs): FlashInfer on an A100 (8.0, 108 SMs), the Triton kernel on a T4 (7.5), and the
+/// plan's KV explanation names the path and the sampler buffers it counted.
+#[test]
+fn the_sampler_path_follows_the_gpu_and_the_plan_says_which() {
+    let dir = vllm_models::materialize("Qwen2.5-3B-Instruct");
+    for (hw, path) in [("a100-80gb-sxm", "FlashInfer"), ("t4", "Triton")] {
+        let (d, code) = resolve(dir.path(), "chat", hw, &[]);
+        assert_eq!(code, 0, "{hw}: {:?}", d.warnings);
+        let why = &d.provenance["settings.kv_cache_memory_bytes"].detail;
+        assert!(why.contains(&format!("({path} sampler)")), "{hw}: {why}");
+        assert!(
+            why.contains("GiB sampler buffers (4 sequence slots)"),
+            "{hw}: {why}"
+        );
+    }
+}

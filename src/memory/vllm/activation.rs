@@ -1,9 +1,10 @@
 //! Peak torch memory of vLLM 0.33's profiling pass, and the model runner's persistent sampler buffers.
 //!
-//! The runner: 0.33 runs Model Runner V2 unless `VLLM_USE_V2_MODEL_RUNNER=0` or a feature V2 lacks is asked for
-//! (vllm/config/vllm.py `VllmConfig.use_v2_model_runner`, `_get_v2_model_runner_unsupported_features`: the
-//! `suffix`/`custom_class` speculative methods, EAGLE parallel drafting, pipeline parallelism under
-//! `external_launcher`, dual-batch overlap). None of those is planned, so every formula here is V2's.
+//! The runner: 0.33 runs Model Runner V2 unless `VLLM_USE_V2_MODEL_RUNNER=0`, Triton is missing, or a feature V2
+//! lacks is asked for with the variable unset (vllm/config/vllm.py `VllmConfig.use_v2_model_runner`,
+//! `_get_v2_model_runner_unsupported_features`: the `suffix`/`custom_class` speculative methods, EAGLE parallel
+//! drafting, heterogeneous-vocabulary draft models, pipeline parallelism under `external_launcher`, dual-batch
+//! overlap); HiSparse and watermarking force V2. None of those is planned, so every formula here is V2's.
 //!
 //! The pass (vllm/v1/worker/gpu/model_runner.py `GPUModelRunner.profile_run`): `_dummy_run(max_num_batched_tokens,
 //! skip_attn=True)` over `min(max_num_seqs, tokens)` requests, then `_dummy_sampler_run` on one hidden row per
@@ -27,16 +28,23 @@
 //! forward; the fit also absorbs the non-torch memory created during profiling (attention workspaces) that 0.33
 //! counts in the same budget line.
 //!
-//! Persistent ([`runner_buffers_bytes`]): V2's `PenaltiesState` (vllm/v1/worker/gpu/sample/penalties.py) holds
-//! `output_bin_counts [max_num_seqs, V]` int32 and `prompt_bin_mask [max_num_seqs, ⌈V/32⌉]` int32 on the device
-//! from `load_model` on, whatever the requests ask; the Triton top-k/top-p kernel caches one fp32 row of `V` per
-//! program (vllm/v1/sample/ops/topk_topp_triton.py `apply_top_k_top_p_triton`, `_TRITON_BUFFER_CACHE`). Both are
-//! torch allocations after vLLM's snapshot, so they sit inside the requested budget.
+//! Persistent ([`runner_buffers_bytes`]), allocated by the V2 `Sampler` in `load_model` whatever the requests
+//! ask, per `max_num_seqs` slot: `PenaltiesState` (vllm/v1/worker/gpu/sample/penalties.py)
+//! `output_bin_counts [V]` int32 and `prompt_bin_mask [⌈V/32⌉]` int32, and the fixed-width request tables
+//! ([`SAMPLER_SLOT_TABLE_BYTES`]); and, on the Triton path, the top-k/top-p kernel's cached fp32 rows of `V`,
+//! one per program (vllm/v1/sample/ops/topk_topp_triton.py `apply_top_k_top_p_triton`, `_TRITON_BUFFER_CACHE`).
+//! Torch allocations after vLLM's snapshot, inside the requested budget.
 //!
-//! Trade-off: on a FlashInfer GPU the profiling pass never reaches the Triton kernel, but a seeded request does
-//! (the fused sampler refuses per-request seeds, vllm/v1/worker/gpu/sample/sampler.py `Sampler.sample`) after
-//! the KV cache is allocated. Its buffer (at most SMs × V × 4 B: 77 MiB on an H100 for a 152k vocabulary) is
-//! counted on every path, because the plan pins the KV cache and a seeded request must not run out of memory.
+//! Trade-offs:
+//! - On a FlashInfer GPU the profiling pass never reaches the Triton kernel, so vLLM does not budget its rows;
+//!   a batch the fused sampler refuses does, after the KV cache is allocated (a greedy request beside sampled
+//!   ones, a per-request seed, processed logprobs: vllm/v1/worker/gpu/sample/sampler.py `Sampler.sample`).
+//!   The rows (at most SMs × V × 4 B: 77 MiB on an H100 for a 152k vocabulary) are counted on every path,
+//!   because the plan pins the KV cache and such a batch must not run out of memory.
+//! - The fit multiplies the forward only, and the peak is the larger of forward and sampler: where the sampler
+//!   is the peak, whatever the fit absorbed of the persistent memory made while profiling (at most 8.5 % of
+//!   the forward) is not counted. Adding it would count the forward's share twice where the forward is the
+//!   peak; the sampler's side is counted from the source instead.
 
 use crate::model::{ModelSpec, Role};
 
@@ -49,7 +57,9 @@ pub enum SamplerPath {
     /// FlashInfer's fused sampler (flashinfer-python 0.7.2.post1, the version 0.33 requires): CUDA, a compute
     /// capability the FlashInfer attention backend supports (8.0 to 12.1,
     /// vllm/v1/attention/backends/flashinfer.py `supports_compute_capability`) and more than 16 SMs
-    /// (vllm/v1/sample/ops/topk_topp_sampler.py `flashinfer_sampler_supported`).
+    /// (vllm/v1/sample/ops/topk_topp_sampler.py `flashinfer_sampler_supported`). Not modelled: its refusal
+    /// when FlashInfer cannot JIT for the GPU (`_flashinfer_jit_unsupported_reason`, e.g. SM 12.x with a CUDA
+    /// older than 12.9), which takes the Triton path, the one with fewer bytes.
     FlashInfer,
     /// The Triton top-k/top-p kernel, then Gumbel sampling (vllm/v1/worker/gpu/sample/gumbel.py), elsewhere.
     Triton,
@@ -87,6 +97,12 @@ const BIN_COUNT_BYTES: u64 = 4;
 const PROMPT_MASK_TOKENS_PER_WORD: u64 = 32;
 /// The Triton kernel's cached rows are fp32.
 const TRITON_ROW_BYTES_PER_TOKEN: u64 = 4;
+/// The V2 sampler's fixed-width device tables per sequence slot, int32 or fp32 (4 B) each:
+/// `LogitBiasState` (vllm/v1/worker/gpu/sample/logit_bias.py) allowed token ids 1024, logit-bias ids 1024 and
+/// values 1024, stop ids 128 (12,800 B); `BadWordsState` (bad_words.py) tokens `VLLM_MAX_BAD_WORDS_TOTAL_TOKENS`
+/// 1024 and offsets `VLLM_MAX_NUM_BAD_WORDS + 1` = 129 (4,612 B); `LogprobTokenIdsState` (logprob.py)
+/// `MAX_LOGPROB_TOKEN_IDS` 128 (512 B). 12,800 + 4,612 + 512 = 17,924.
+pub const SAMPLER_SLOT_TABLE_BYTES: u64 = 17_924;
 
 /// Multiplier on the forward's structural count, fitted (see module doc): 2.07 GiB measured / 1.907 GiB counted
 /// for Llama-3.1-8B at 20000 tokens = 1.085.
@@ -182,8 +198,8 @@ fn triton_rows(sms: Option<u32>, seqs: u64) -> u64 {
     }
 }
 
-/// The V2 runner's persistent sampler buffers on one rank: the penalty bins for `max_num_seqs` slots and the
-/// Triton kernel's cached rows (see the module doc).
+/// The V2 runner's persistent sampler buffers on one rank: the penalty bins and request tables for
+/// `max_num_seqs` slots and the Triton kernel's cached rows (see the module doc).
 pub fn runner_buffers_bytes(model: &ModelSpec, p: &Params) -> Result<u64, String> {
     let vocab = model.hparams.vocab_size.ok_or("no vocabulary size")?;
     let slots = u64::from(p.max_num_seqs);
@@ -196,7 +212,9 @@ pub fn runner_buffers_bytes(model: &ModelSpec, p: &Params) -> Result<u64, String
         triton_rows(p.gpu.sms, slots),
         m(vocab, TRITON_ROW_BYTES_PER_TOKEN)?,
     )?;
+    let tables = m(slots, SAMPLER_SLOT_TABLE_BYTES)?;
     bins.checked_add(mask)
+        .and_then(|v| v.checked_add(tables))
         .and_then(|v| v.checked_add(triton))
         .ok_or_else(|| "sampler buffer size overflows".to_string())
 }

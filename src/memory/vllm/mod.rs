@@ -17,8 +17,10 @@
 //! budget: it must fit in `total − requested` ([`startup_fits`]).
 //!
 //! Exact: weights per rank ([`weights`]), KV pages, grouping, blocks, tokens and concurrency ([`kv`],
-//! [`kv_capacity`]). Modelled, with fitted constants named in [`activation`] and [`graphs`]: the profiling
-//! pass's peak activation and the CUDA graph estimate, which vLLM measures on the device. Trade-off: one
+//! [`kv_capacity`]), the runner's sampler buffers and the sampler's share of the profiling peak
+//! ([`activation`], counted from the source). Modelled, with fitted constants named in [`activation`] and
+//! [`graphs`]: the forward pass's share of the peak and the CUDA graph estimate, which vLLM measures on the
+//! device. Trade-off: one
 //! multiplicative fit over a structural count of the largest intermediates, so the model stays explainable
 //! per term at the price of a few percent on activation-heavy configurations.
 
@@ -30,8 +32,8 @@ mod weights;
 use crate::model::{Format, ModelSpec};
 
 pub use activation::{
-    ACTIVATION_FIT, FLASHINFER_FP32_BYTES_PER_LOGIT, SamplerPath, TRITON_FP32_BYTES_PER_LOGIT,
-    activation_peak_bytes, runner_buffers_bytes, sampler_path,
+    ACTIVATION_FIT, FLASHINFER_FP32_BYTES_PER_LOGIT, SAMPLER_SLOT_TABLE_BYTES, SamplerPath,
+    TRITON_FP32_BYTES_PER_LOGIT, activation_peak_bytes, runner_buffers_bytes, sampler_path,
 };
 pub use graphs::{
     CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, DEFAULT_MAX_GRAPH_SIZE, capture_sizes, cuda_graph_bytes,

@@ -193,21 +193,31 @@ impl<'a> Vllm<'a> {
         }
     }
 
-    /// The facts of the group member whose sampler costs most: one on FlashInfer's path if any is, then the most
-    /// SMs (the Triton kernel's rows). Ranks of a mixed group size their own buffers; the plan takes the largest.
+    /// Facts that bound every member of a group: the compute capability of a member on FlashInfer's path if
+    /// any is (the path with more bytes per logit), else the lowest; the most SMs (the Triton kernel's rows),
+    /// unknown if any member's count is. Ranks of a mixed group size their own buffers; the plan takes the bound.
     fn gpu_facts(&self, gpus: &[usize]) -> mem::GpuFacts {
-        gpus.iter()
+        let each: Vec<mem::GpuFacts> = gpus
+            .iter()
             .map(|&i| mem::GpuFacts {
                 compute_capability: self.gpus[i].compute_capability,
                 sms: self.gpus[i].sms,
             })
-            .max_by_key(|f| {
-                (
-                    mem::sampler_path(f) == mem::SamplerPath::FlashInfer,
-                    f.sms.map_or(u32::MAX, |s| s),
-                )
-            })
-            .unwrap_or_default()
+            .collect();
+        let compute_capability = each
+            .iter()
+            .find(|f| mem::sampler_path(f) == mem::SamplerPath::FlashInfer)
+            .map(|f| f.compute_capability)
+            .unwrap_or_else(|| each.iter().filter_map(|f| f.compute_capability).min());
+        let sms = each
+            .iter()
+            .map(|f| f.sms)
+            .collect::<Option<Vec<u32>>>()
+            .and_then(|v| v.into_iter().max());
+        mem::GpuFacts {
+            compute_capability,
+            sms,
+        }
     }
 
     /// Per-GPU capacity of a group: its smallest member's free memory and the largest reserve.
@@ -664,7 +674,10 @@ impl Runtime for Vllm<'_> {
             let components = MemoryComponents {
                 weights_bytes: m.nk.weights.per_rank_bytes,
                 kv_cache_bytes: m.kv_alloc,
-                compute_bytes: m.nk.activation_peak_bytes + m.nk.runner_buffers_bytes,
+                compute_bytes: m
+                    .nk
+                    .activation_peak_bytes
+                    .saturating_add(m.nk.runner_buffers_bytes),
                 overhead_bytes: m.nk.non_torch_bytes,
                 cuda_graphs_bytes: m.nk.cuda_graph_bytes,
                 ..MemoryComponents::default()
@@ -933,7 +946,7 @@ impl Vllm<'_> {
                 gib(m.nk.runner_buffers_bytes),
                 p.max_num_seqs,
                 gib(m.nk.activation_peak_bytes),
-                match mem::sampler_path(&self.gpu_facts(&p.gpus)) {
+                match mem::sampler_path(&self.params(p, c.size).gpu) {
                     mem::SamplerPath::FlashInfer => "FlashInfer",
                     mem::SamplerPath::Triton => "Triton",
                 },
