@@ -907,3 +907,80 @@ fn round_three_ledger_logs_term_by_term() {
     }
     assert_eq!(weights_asserted.len(), 3);
 }
+
+/// The forward pass's share of the profiling peak, held out on Model Runner V2 logs whose logged peak Y is
+/// the forward's (the fit, [`vllm::ACTIVATION_FIT`], was made on a V0 log). Y there is the larger of the
+/// forward and the sampler pass those versions profiled: 0.27.1's V2 profile ran the sampler on the
+/// model-dtype logits alone (no fp32 pipeline) and no CUDA-graph estimate (its Y sit below the graphs it
+/// captured), and the 0.28.1 run is eager on the Triton path, whose fp32 copy is counted. The forward share is
+/// the plan's peak with one sequence (the sampler then holds one row). Asserted: the larger of the two within
+/// the log's rounding (0.005 GiB) plus 3 %.
+/// - Qwen3-8B, RTX 4090, 0.27.1, warm torch.compile cache: the forward is the peak (compiled);
+/// - Qwen2.5-1.5B-Instruct fp16, sm_75, 0.28.1 dev, eager: the forward is the peak (not compiled);
+/// - Qwen2.5-0.5B-Instruct, RTX 4090, 0.27.1: the logits are the peak (a check of that version's sampler
+///   count, not of the fit).
+#[test]
+fn the_forward_share_is_held_out_on_v2_logs() {
+    let cases = [
+        (
+            "v0271-qwen3-8b-rtx4090-warm-compile",
+            QWEN3_8B,
+            Dtype::Bfloat16,
+            8192,
+            2048,
+            2u64,
+        ),
+        (
+            "v0281dev-qwen25-1p5b-sm75-tp1-eager",
+            vllm_builder::QWEN25_15B_INSTRUCT,
+            Dtype::Float16,
+            4096,
+            8192,
+            2 + vllm::TRITON_FP32_BYTES_PER_LOGIT,
+        ),
+        (
+            "v0271-qwen25-0p5b-rtx4090-util085",
+            vllm_builder::QWEN25_05B_INSTRUCT,
+            Dtype::Bfloat16,
+            2048,
+            2048,
+            2,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (id, config, dtype, len, batched, bytes_per_logit) in cases {
+        let e = entry(id);
+        let spec = build(config, StDtype::BF16, Pack::None);
+        let one = Params {
+            dtype,
+            ..params(1, len, 1, batched)
+        };
+        let forward = vllm::activation_peak_bytes(&spec, &one).unwrap() as f64;
+        let h = &spec.hparams;
+        let vocab = vllm::pad_vocab(h.vocab_size.unwrap()).unwrap();
+        let sampler = (u64::from(batched) * h.embedding_length.unwrap() * dtype.bytes()
+            + 256 * vocab * bytes_per_logit) as f64;
+        let y = number_after(
+            lines_with(&e, LEDGER).next().unwrap(),
+            "(weights + non-torch),",
+        );
+        let ours = forward.max(sampler) / GIB;
+        assert!(
+            (ours - y).abs() <= 0.005 + 0.03 * y,
+            "{id}: logged peak {y} GiB, ours {ours:.4} (forward {:.4}, sampler {:.4})",
+            forward / GIB,
+            sampler / GIB
+        );
+        rows.push(Row {
+            id,
+            check: if forward >= sampler {
+                "peak activation GiB = the forward (held out)"
+            } else {
+                "peak activation GiB = the version's sampler pass"
+            },
+            logged: y,
+            ours,
+        });
+    }
+    print(&rows);
+}

@@ -24,8 +24,9 @@
 //!
 //! The transient peak is the larger of the two. FITTED: [`ACTIVATION_FIT`] alone, on the public log
 //! `vllm-10517-llama31-8b-3090-20k` (Llama-3.1-8B, 20000 batched tokens: 2.07 GiB = 17.06 peak − 14.99 weights);
-//! held out: the 29000-token run of the same model (2.99 GiB), see tests/vllm_public_logs.rs. That log is V0's
-//! forward; the fit also absorbs the non-torch memory created during profiling (attention workspaces) that 0.33
+//! held out: the 29000-token run of the same model (2.99 GiB, +0.36 %), and two Model Runner V2 logs whose peak is
+//! the forward: Qwen3-8B compiled (0.27.1, 0.19 GiB, −1.85 %) and Qwen2.5-1.5B eager (0.28.1, 0.50 GiB, −0.82 %),
+//! see tests/vllm_public_logs.rs `the_forward_share_is_held_out_on_v2_logs`. The fit point is V0's forward; the fit also absorbs the non-torch memory created during profiling (attention workspaces) that 0.33
 //! counts in the same budget line.
 //!
 //! Persistent ([`runner_buffers_bytes`]), allocated by the V2 `Sampler` in `load_model` whatever the requests
