@@ -44,23 +44,10 @@ fn entry(id: &str) -> serde_yaml_ng::Value {
 
 /// The number after `key` in the entry's lines (commas removed).
 fn figure(e: &serde_yaml_ng::Value, key: &str) -> f64 {
-    for l in e["lines"].as_sequence().expect("lines") {
-        let l = l.as_str().unwrap_or("");
-        if let Some(i) = l.find(key) {
-            let rest = &l[i + key.len()..];
-            let num: String = rest
-                .trim_start()
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ',')
-                .filter(|c| *c != ',')
-                .collect();
-            return num
-                .trim_end_matches('.')
-                .parse()
-                .unwrap_or_else(|_| panic!("{key} in {l}"));
-        }
-    }
-    panic!("{key} not in entry {}", e["id"].as_str().unwrap_or("?"))
+    let line = lines_with(e, key)
+        .next()
+        .unwrap_or_else(|| panic!("{key} not in entry {}", e["id"].as_str().unwrap_or("?")));
+    number_after(line, key)
 }
 
 fn params(tp: u32, max_model_len: u32, max_num_seqs: u32, batched: u32) -> Params {
@@ -832,11 +819,10 @@ fn round_three_ledger_logs_term_by_term() {
         let w = nk.weights.per_rank_bytes as f64 / GIB;
         let x_plan = w + nk.runner_buffers_bytes as f64 / GIB;
         let y_plan = (nk.activation_peak_bytes + nk.cuda_graph_bytes) as f64 / GIB;
+        // The KV cache vLLM would size at the logged request: `available_kv_bytes` with the plan's terms.
         let tokens_at = |p: &Params| {
             let nk = vllm::non_kv(&spec, p).unwrap();
-            let x_plan = (nk.weights.per_rank_bytes + nk.runner_buffers_bytes) as f64 / GIB;
-            let y_plan = (nk.activation_peak_bytes + nk.cuda_graph_bytes) as f64 / GIB;
-            let kv_plan = ((r_gib - x_plan - y_plan) * GIB).max(0.0) as u64;
+            let kv_plan = vllm::available_kv_bytes((r_gib * GIB) as u64, &nk).unwrap_or(0);
             vllm::kv_capacity(kv_plan, &k, p).tokens as f64
         };
         let tokens = tokens_at(&p);

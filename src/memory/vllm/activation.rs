@@ -66,6 +66,15 @@ pub enum SamplerPath {
     Triton,
 }
 
+impl SamplerPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplerPath::FlashInfer => "FlashInfer",
+            SamplerPath::Triton => "Triton",
+        }
+    }
+}
+
 /// FlashInfer needs more than this many SMs (its multi-CTA top-k barrier, `flashinfer_sampler_supported`).
 const FLASHINFER_MIN_SMS_EXCLUSIVE: u32 = 16;
 

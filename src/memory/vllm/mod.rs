@@ -174,6 +174,20 @@ pub struct NonKv {
     pub runner_buffers_bytes: u64,
     /// `profile_cudagraph_memory`'s estimate; 0 with `--enforce-eager`.
     pub cuda_graph_bytes: u64,
+    /// The sampler path the peak and the buffers were counted for.
+    pub sampler: SamplerPath,
+}
+
+impl NonKv {
+    /// What vLLM's requested budget holds besides the KV cache: weights, the runner's sampler buffers, the
+    /// profiling peak and the CUDA-graph estimate (the non-torch memory is outside it). `None` on overflow.
+    pub fn in_budget_bytes(&self) -> Option<u64> {
+        self.weights
+            .per_rank_bytes
+            .checked_add(self.runner_buffers_bytes)
+            .and_then(|v| v.checked_add(self.activation_peak_bytes))
+            .and_then(|v| v.checked_add(self.cuda_graph_bytes))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -259,6 +273,7 @@ pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, String> {
         activation_peak_bytes,
         runner_buffers_bytes,
         cuda_graph_bytes,
+        sampler: activation::sampler_path(&p.gpu),
     })
 }
 
@@ -276,13 +291,7 @@ pub fn requested_bytes(total_gpu_bytes: u64, gpu_memory_utilization: f64) -> u64
 /// the runner's buffers, activation peak and CUDA graph estimate; Err when nothing is left (vLLM: "No
 /// available memory for the cache blocks").
 pub fn available_kv_bytes(requested: u64, non_kv: &NonKv) -> Result<u64, String> {
-    let used = non_kv
-        .weights
-        .per_rank_bytes
-        .checked_add(non_kv.runner_buffers_bytes)
-        .and_then(|v| v.checked_add(non_kv.activation_peak_bytes))
-        .and_then(|v| v.checked_add(non_kv.cuda_graph_bytes))
-        .ok_or("non-KV bytes overflow")?;
+    let used = non_kv.in_budget_bytes().ok_or("non-KV bytes overflow")?;
     match requested.checked_sub(used) {
         Some(v) if v > 0 => Ok(v),
         _ => Err(format!(

@@ -247,12 +247,9 @@ impl<'a> Vllm<'a> {
         let kv = mem::kv(self.req.model, &params)?;
         let (cap, reserve, total) = self.group_room(&p.gpus);
         let non_kv = nk
-            .weights
-            .per_rank_bytes
-            .saturating_add(nk.non_torch_bytes)
-            .saturating_add(nk.runner_buffers_bytes)
-            .saturating_add(nk.activation_peak_bytes)
-            .saturating_add(nk.cuda_graph_bytes);
+            .in_budget_bytes()
+            .unwrap_or(u64::MAX)
+            .saturating_add(nk.non_torch_bytes);
         let needed = kv
             .min_bytes
             .checked_mul(u64::from(p.max_num_seqs))
@@ -946,10 +943,7 @@ impl Vllm<'_> {
                 gib(m.nk.runner_buffers_bytes),
                 p.max_num_seqs,
                 gib(m.nk.activation_peak_bytes),
-                match mem::sampler_path(&self.params(p, c.size).gpu) {
-                    mem::SamplerPath::FlashInfer => "FlashInfer",
-                    mem::SamplerPath::Triton => "Triton",
-                },
+                m.nk.sampler.name(),
                 gib(m.nk.cuda_graph_bytes),
                 m.kv.page_bytes,
                 gib(m.kv.min_bytes.saturating_mul(u64::from(p.max_num_seqs))),
