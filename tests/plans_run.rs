@@ -206,6 +206,50 @@ fn alternatives_say_why_they_lost_in_the_objectives_terms() {
     }
 }
 
+/// A tie on the objective is broken toward the workload's preferred KV cache type first and less memory second
+/// (`search::choose`); the explanation must say which. It used to say "uses more memory (5.93 vs 6.16 GiB)" of
+/// a q8_0 alternative that used less and lost only because the workload prefers f16.
+#[test]
+fn a_tie_explanation_names_the_tie_break_that_decided_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let mut preferred_ties = 0;
+    for (inv, workload) in [
+        ("laptop-rtx4060.yaml", "inference"),
+        ("workstation-2x3090.yaml", "inference"),
+        ("workstation-2x3090.yaml", "chat"),
+        ("gtx1650-4gb.yaml", "inference"),
+    ] {
+        let d = plan(&m8, &inventory(inv), workload);
+        let chosen = d.memory.devices.iter().map(|m| m.total_bytes).sum::<u64>();
+        let kv = common::llama(&d).cache_type_k.to_string();
+        for a in d.alternatives.iter().filter(|a| a.why.contains("ties")) {
+            if a.why.contains("uses more memory") {
+                assert!(
+                    a.total_bytes > chosen,
+                    "{inv} {workload}: {} uses {:.2} GiB, the plan {:.2}",
+                    a.why,
+                    gib(a.total_bytes),
+                    gib(chosen)
+                );
+            } else {
+                let theirs = a.settings.llama_cpp().unwrap().cache_type_k.to_string();
+                assert_ne!(theirs, kv, "{inv} {workload}: {}", a.why);
+                assert_eq!(
+                    a.why,
+                    format!("ties on the objective; the workload prefers KV cache type {kv}")
+                );
+                preferred_ties += 1;
+            }
+        }
+    }
+    assert!(
+        preferred_ties > 0,
+        "no tie decided by the preferred KV type"
+    );
+}
+
 #[test]
 fn the_plan_pins_the_gpu_it_planned_and_names_it_the_same_everywhere() {
     let dir = tempfile::tempdir().unwrap();

@@ -116,12 +116,23 @@ fn why_lost<R: Runtime>(
             "scores {gain:.1} % better with a {vc} KV cache, but the workload prefers {vchosen} and the kv-cache rules do not trade KV precision for this gain",
         );
     }
+    // A tie is broken as `search::choose` breaks it: the workload's preferred variant first, then less memory.
+    // Where neither separates the two (same variant, no more memory), the objective's own figures below do.
     if c.score <= chosen.score * (1.0 + TIE) {
-        return format!(
-            "ties on the objective and uses more memory ({:.2} vs {:.2} GiB)",
-            c.eval.total_bytes as f64 / f64::from(1u32 << 30),
-            chosen.eval.total_bytes as f64 / f64::from(1u32 << 30)
-        );
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        if vc != vchosen && vchosen == rt.preferred_variant() {
+            return format!(
+                "ties on the objective; the workload prefers {} {vchosen}",
+                rt.variant_noun()
+            );
+        }
+        if c.eval.total_bytes > chosen.eval.total_bytes {
+            return format!(
+                "ties on the objective and uses more memory ({:.2} vs {:.2} GiB)",
+                gib(c.eval.total_bytes),
+                gib(chosen.eval.total_bytes)
+            );
+        }
     }
     let (a, b) = (&c.eval.prediction, &chosen.eval.prediction);
     if matches!(
