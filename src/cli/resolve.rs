@@ -251,7 +251,7 @@ fn explanation(d: &Deployment) -> Explanation {
         }
         crate::emit::Settings::Vllm(s) => {
             decision.push(format!(
-                "{verb} for workload {} ({}): {} with tensor parallel {} on {devices}{}, --max-model-len {}, --max-num-seqs {}, --max-num-batched-tokens {}, KV cache {} ({} per GPU, {:.2}x concurrency at the full length), {}{}.",
+                "{verb} for workload {} ({}): {} with tensor parallel {} on {devices}{}, --max-model-len {}, --max-num-seqs {}, --max-num-batched-tokens {}, KV cache {} ({} per replica, {:.2}x concurrency at the full length), {}{}.",
                 d.workload.preset,
                 objective_word(d.workload.objective),
                 d.runtime.id.name(),
