@@ -299,9 +299,10 @@ fn requested_memory_and_budget() {
 /// 128,256, a multiple of 64, so the padded logits are as wide), 256 sequences, 2048 batched tokens, bf16:
 /// - forward: 2048 × 2 × (2 × 4096 + max(attention 32·128 + 8·256 + 32·128 = 10,240, MLP 3 × 14,336 = 43,008))
 ///   = 209,715,200 B, × 1.085 = 227,540,992 B;
-/// - FlashInfer sampler: hidden 2048 × 4096 × 2 = 16,777,216 plus 256 × 128,256 × (2 + 12) = 459,669,504:
-///   476,446,720 B, above the forward, so the peak;
-/// - Triton sampler: 16,777,216 + 256 × 128,256 × (2 + 4) = 213,778,432 B, below it: the forward is the peak.
+/// - FlashInfer sampler: hidden 2048 × 4096 × 2 = 16,777,216, the gathered sampled rows 256 × 4096 × 2 =
+///   2,097,152, plus 256 × 128,256 × (2 + 12) = 459,669,504: 478,543,872 B, above the forward, so the peak;
+/// - Triton sampler: 16,777,216 + 2,097,152 + 256 × 128,256 × (2 + 4) = 215,875,584 B, below it: the forward
+///   is the peak.
 ///
 /// Persistent: bins 256 × 128,256 × 4 = 131,334,144, prompt mask 256 × 4,008 × 4 = 4,104,192, request tables
 /// 256 × 17,924 = 4,588,544, Triton rows (108 SMs: min(next_pow2(min(108, 256)) = 128, 108) = 108, the SM
@@ -320,7 +321,7 @@ fn the_v2_sampler_is_counted_by_its_path() {
     assert_eq!(vllm::sampler_path(&a100.gpu), vllm::SamplerPath::FlashInfer);
     assert_eq!(
         vllm::activation_peak_bytes(&llama, &a100).unwrap(),
-        476_446_720
+        478_543_872
     );
     assert_eq!(
         vllm::runner_buffers_bytes(&llama, &a100).unwrap(),

@@ -19,8 +19,9 @@
 //!   dense MLP `gate_up out [T, 2I/tp] + act out [T, I/tp]`, fused MoE
 //!   (vllm/model_executor/layers/fused_moe/fused_moe.py intermediate caches) `top_k × (3 I_moe/tp + hidden)`
 //!   plus the shared experts' `3 I_shared/tp`; times [`ACTIVATION_FIT`].
-//! - sampler: `T × hidden × dt` (the forward's hidden states are still referenced) plus `S ×` the bytes per logit
-//!   of the path the GPU takes ([`SamplerPath`]). Counted from the source, not fitted.
+//! - sampler: `(T + S) × hidden × dt` (the forward's hidden states are still referenced, and `_dummy_run`
+//!   returns the sampled rows as a gathered copy, `hidden_states[input_batch.logits_indices]`) plus `S ×` the
+//!   bytes per logit of the path the GPU takes ([`SamplerPath`]). Counted from the source, not fitted.
 //!
 //! The transient peak is the larger of the two. FITTED: [`ACTIVATION_FIT`] alone, on the public log
 //! `vllm-10517-llama31-8b-3090-20k` (Llama-3.1-8B, 20000 batched tokens: 2.07 GiB = 17.06 peak − 14.99 weights);
@@ -190,7 +191,8 @@ pub fn activation_peak_bytes(model: &ModelSpec, p: &Params) -> Result<u64, Strin
         .ok_or("activation size overflows")?;
     let forward = (m(m(t, dt)?, per_token)? as f64 * ACTIVATION_FIT) as u64;
     let path = sampler_path(&p.gpu);
-    let sampler = m(m(t, hidden)?, dt)?
+    let rows = t.checked_add(s).ok_or("activation size overflows")?;
+    let sampler = m(m(rows, hidden)?, dt)?
         .checked_add(m(s, sampler_row_bytes(vocab, dt, path)?)?)
         .ok_or("activation size overflows")?;
     Ok(forward.max(sampler))
