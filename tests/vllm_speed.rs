@@ -4,10 +4,11 @@
 //!
 //! Each point is predicted with the roofline the planner's GPU branch uses (`perf`: bytes one step reads over
 //! bandwidth × decode efficiency), the efficiency row the rule book picks for the GPU's compute capability, and,
-//! for tensor parallelism, `perf::collective::tp_step_seconds` over the link the profiles give. The vLLM runtime
-//! is not on main yet, so the bytes are computed here from the model shapes in the fixture the way the runtime
-//! charges them (every weight but the token embedding, split over the ranks, plus the KV cells at the mean
-//! context); the runtime will feed the same figures through `perf::predict` and the planner.
+//! for tensor parallelism, `perf::collective::tp_step_seconds` over the link the profiles give. The bytes are
+//! restated here from the model shapes in the fixture the way the runtime charges them (every weight but the
+//! token embedding, split over the ranks, plus the KV cells at the mean context), so that the rule rows can be
+//! derived from the points; `the_planner_predicts_the_points_it_can_load` then runs `optimizer resolve` itself on
+//! the points whose checkpoint has a header fixture, and holds the plan's own prediction to the same figures.
 //!
 //! Bound: 25 % on every held-out point. The two Ampere/Ada points behind the generic row sit 6 % either side of
 //! their median, and the Hopper row rests on an 8B model whose small matrices run further from peak than a 72B
@@ -285,4 +286,88 @@ fn tensor_parallel_decode_pays_for_its_allreduces() {
         160.0 * (collective::P2P_LATENCY_S + 16384.0 / collective::P2P_BUS_BYTES_PER_S) * 1e3;
     assert!((tp.comm_ms - expected_ms).abs() < 1e-9, "{}", tp.comm_ms);
     assert!(tp.comm_ms > 1.0 && tp.comm_ms < 2.0);
+}
+
+/// The held-out points through the planner itself: `optimizer resolve` on the header-only fixture of the point's
+/// checkpoint (Llama-3-8B and Llama-3.1-8B share every shape), on the point's GPU profile, with a one-sequence
+/// workload of the point's prompt and generated lengths (`--profiles` overlay). The plan's decode rate must meet
+/// the held-out bound against the public figure, and stay within 2 % of the roofline restated above: the plan
+/// counts the exact weight bytes per rank from the tensors, this file counts parameters × 2, and a wider gap
+/// would mean the planner and the rule rows no longer describe the same step.
+#[test]
+fn the_planner_predicts_the_points_it_can_load() {
+    let text = std::fs::read_to_string(fixture("vllm/public-speed.yaml")).unwrap();
+    let fx: Fixture = serde_yaml_ng::from_str(&text).unwrap();
+    let set = profiles();
+    let overlay = tempfile::tempdir().unwrap();
+    std::fs::create_dir(overlay.path().join("workloads")).unwrap();
+    let mut checked = 0;
+    let mut held_out = 0;
+    for p in &fx.points {
+        let Some(id) = (match p.model.as_str() {
+            "llama3-8b" => Some("Llama-3.1-8B"),
+            "qwen25-7b" => Some("Qwen2.5-7B"),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let workload = format!(
+            "id: one-stream\ndescription: one sequence of {id}\nmode: inference\nobjective: latency\n\
+             context: {{policy: fixed, tokens: {}}}\nconcurrency: 1\nprompt_tokens: {}\n\
+             generation_tokens: {}\nprecision: {{kv_cache: [f16], compute: auto}}\n\
+             sources: {{context.tokens: the point, concurrency: the point, prompt_tokens: the point, \
+             generation_tokens: the point}}\n",
+            p.prompt_tokens + p.generated_tokens,
+            p.prompt_tokens,
+            p.generated_tokens
+        );
+        std::fs::write(overlay.path().join("workloads/one-stream.yaml"), workload).unwrap();
+        let dir = common::vllm_models::materialize(id);
+        let hardware = if p.tp > 1 {
+            format!("{}x:{}", p.tp, p.gpu)
+        } else {
+            p.gpu.clone()
+        };
+        let tp = p.tp.to_string();
+        let (d, code) = common::resolve_doc_with(
+            "cpu-server.yaml",
+            Some(overlay.path()),
+            dir.path(),
+            "one-stream",
+            &hardware,
+            &["--tensor-parallel", &tp],
+        );
+        assert_eq!(code, 0, "{}: {:?}", p.id, d.warnings);
+        let v = d.settings.vllm().expect("a vLLM plan");
+        assert_eq!((v.tensor_parallel_size, v.max_num_seqs), (p.tp, 1));
+        let plan = d.performance.decode_tokens_per_s;
+        let restated = evaluate(&set, &fx, p);
+        let measured = restated.measured;
+        let err = plan / measured - 1.0;
+        eprintln!(
+            "{:<28} plan {:>7.1} tok/s, restated {:>7.1}, measured {:>7.1}: {:+.1} %",
+            p.id,
+            plan,
+            restated.predicted,
+            measured,
+            err * 100.0
+        );
+        assert!(
+            (plan / restated.predicted - 1.0).abs() <= 0.02,
+            "{}: the plan predicts {plan:.1} tok/s, the restated roofline {:.1}",
+            p.id,
+            restated.predicted
+        );
+        if p.role == Role::HeldOut {
+            assert!(
+                err.abs() <= MAX_HELD_OUT_ERROR,
+                "{}: the plan predicts {plan:.1} tok/s, measured {measured:.1} ({:+.1} %)",
+                p.id,
+                err * 100.0
+            );
+            held_out += 1;
+        }
+        checked += 1;
+    }
+    assert_eq!((checked, held_out), (5, 2));
 }
