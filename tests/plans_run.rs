@@ -234,11 +234,19 @@ fn a_tie_explanation_names_the_tie_break_that_decided_it() {
                     gib(chosen)
                 );
             } else {
+                // Both presets list f16 first.
                 let theirs = a.settings.llama_cpp().unwrap().cache_type_k.to_string();
+                assert_eq!(kv, "f16", "{inv} {workload}: {}", a.why);
                 assert_ne!(theirs, kv, "{inv} {workload}: {}", a.why);
                 assert_eq!(
                     a.why,
-                    format!("ties on the objective; the workload prefers KV cache type {kv}")
+                    "ties on the objective; the workload prefers KV cache type f16"
+                );
+                let score = d.performance.score;
+                assert!(
+                    (a.score - score).abs() <= 0.01 * score,
+                    "{inv} {workload}: {} vs {score}",
+                    a.score
                 );
                 preferred_ties += 1;
             }

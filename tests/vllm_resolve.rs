@@ -382,3 +382,35 @@ fn the_sampler_path_follows_the_gpu_and_the_plan_says_which() {
         );
     }
 }
+
+/// vLLM candidates on the same GPUs all fill them, so their memory differs by less than one KV block: a tie
+/// between them is never "more memory" (it printed "uses more memory (21.80 vs 21.80 GiB)"), and the fp8 KV
+/// cache that ties the preferred auto one loses to the preference, which the alternative says.
+#[test]
+fn vllm_ties_are_explained_by_what_broke_them() {
+    let dir = vllm_models::materialize("Qwen2.5-7B");
+    let mut preferred = 0;
+    for hw in ["a100-80gb-sxm", "2x:rtx-4090", "l4", "h100-sxm"] {
+        let (d, code) = resolve(dir.path(), "chat", hw, &[]);
+        assert_eq!(code, 0, "{hw}: {:?}", d.warnings);
+        assert_eq!(vllm(&d).kv_cache_dtype, "auto");
+        for a in &d.alternatives {
+            if let Some(i) = a.why.find("uses more memory (") {
+                let figures: Vec<f64> = a.why[i + "uses more memory (".len()..]
+                    .trim_end_matches(" GiB)")
+                    .split(" vs ")
+                    .map(|x| x.parse().unwrap())
+                    .collect();
+                assert!(figures[0] > figures[1], "{hw}: {}", a.why);
+            }
+            if a.why == "ties on the objective; the workload prefers KV cache type auto" {
+                assert_eq!(a.settings.vllm().unwrap().kv_cache_dtype, "fp8");
+                preferred += 1;
+            }
+        }
+    }
+    assert!(
+        preferred >= 3,
+        "{preferred} ties decided by the preferred KV type"
+    );
+}

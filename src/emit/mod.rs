@@ -186,8 +186,9 @@ pub struct VllmSettings {
     /// size it differently.
     pub kv_cache_memory_bytes: u64,
     /// KV cache blocks per GPU that `kv_cache_memory_bytes` holds, and the tokens they hold (vLLM's "GPU KV
-    /// cache size: N tokens"). Every rank of a tensor-parallel group holds the same blocks, each for its share of
-    /// the KV heads, so these are also the tokens one replica holds, not a figure to multiply by its GPUs.
+    /// cache size: N tokens"). Every rank of a tensor-parallel group holds the same blocks, each with its part of
+    /// every token's KV (its KV heads, or a copy where heads are replicated or the cache is MLA's latent), so
+    /// these are also the tokens one replica holds, not a figure to multiply by its GPUs.
     pub kv_cache_blocks: u64,
     pub kv_cache_tokens: u64,
     /// `kv_cache_tokens / max_model_len`: vLLM's "Maximum concurrency for N tokens per request".

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::search::TIE;
+use super::search::{TIE, shown_memory};
 use crate::emit::{self, Alternative, SlaCheck, SlaStatus};
 use crate::perf;
 use crate::profile::{Objective, WorkloadProfile};
@@ -116,17 +116,23 @@ fn why_lost<R: Runtime>(
             "scores {gain:.1} % better with a {vc} KV cache, but the workload prefers {vchosen} and the kv-cache rules do not trade KV precision for this gain",
         );
     }
-    // A tie is broken as `search::choose` breaks it: the workload's preferred variant first, then less memory.
-    // Where neither separates the two (same variant, no more memory), the objective's own figures below do.
+    // A tie is broken as `search::choose` breaks it: the workload's preferred variant first, then less memory as
+    // printed. Otherwise the objective's own figures below say how the two differ: a tie decided on the score
+    // (same memory as printed), or a candidate outside choose's tie band, whose figures are worse.
     if c.score <= chosen.score * (1.0 + TIE) {
         let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
         if vc != vchosen && vchosen == rt.preferred_variant() {
+            let verb = if rt.variant_noun() == "KV cache type" {
+                "prefers"
+            } else {
+                "asks for"
+            };
             return format!(
-                "ties on the objective; the workload prefers {} {vchosen}",
+                "ties on the objective; the workload {verb} {} {vchosen}",
                 rt.variant_noun()
             );
         }
-        if c.eval.total_bytes > chosen.eval.total_bytes {
+        if shown_memory(c.eval.total_bytes) > shown_memory(chosen.eval.total_bytes) {
             return format!(
                 "ties on the objective and uses more memory ({:.2} vs {:.2} GiB)",
                 gib(c.eval.total_bytes),

@@ -12,6 +12,13 @@ const FOLLOW_UPS: usize = 3;
 /// Scores within this fraction are ties, broken toward less memory.
 pub const TIE: f64 = 0.01;
 
+/// Memory as the document prints it, in hundredths of a GiB. Ties are broken on this, not on bytes: two vLLM
+/// candidates on the same GPUs both fill them and differ only by the leftover below one KV block, which no
+/// reader can see and no plan should be chosen for.
+pub fn shown_memory(bytes: u64) -> u64 {
+    (bytes as f64 / f64::from(1u32 << 30) * 100.0).round() as u64
+}
+
 /// Every candidate the search fitted, in the order it visited them.
 pub fn search<R: Runtime>(
     rt: &R,
@@ -174,9 +181,8 @@ pub fn choose<'a, R: Runtime>(
             .into_iter()
             .filter(|c| c.score <= best + TIE * best.abs())
             .min_by(|a, b| {
-                a.eval
-                    .total_bytes
-                    .cmp(&b.eval.total_bytes)
+                shown_memory(a.eval.total_bytes)
+                    .cmp(&shown_memory(b.eval.total_bytes))
                     .then(a.score.total_cmp(&b.score))
             })
     };

@@ -1,4 +1,5 @@
-//! CUDA graph memory as vLLM 0.33.0 reserves it before sizing the KV cache.
+//! CUDA graph memory of vLLM 0.33.0: the graphs it captures after allocating the KV cache, which its profile
+//! estimates and subtracts before sizing that cache.
 //!
 //! Capture sizes (vllm/config/vllm.py `VllmConfig._set_cudagraph_sizes`): with no user list,
 //! `max = min(max_num_seqs × 2, 512)` (1024 on compute capability 10.x), capped by `max_num_batched_tokens`;
