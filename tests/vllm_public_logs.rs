@@ -223,9 +223,9 @@ fn kv_arithmetic_from_the_logged_memory() {
 /// (vllm/engine/arg_utils.py). ASSUMPTION: total memory 23.58 GiB, the RTX 3090 figure logged in
 /// `vllm-10517` (the entry says only "24 GB GPU"; the logged 0.52 GiB = 0.0221 of total fixes it to 23.5 ± 0.5).
 /// The CUDA graph term was first fitted on this entry's V1 estimate; it is now the bound of the V2 captures
-/// (`the_cuda_graph_term_covers_every_v2_capture_logged`), 9 % above this estimate. The log is the V1 runner's (`gpu_model_runner.py`), so it does
-/// not check the V2 profiling peak the plan now counts (that peak and the sampler buffers come within 0.1 GiB
-/// of the V1 figure here); round 3 reads the V2 terms.
+/// (`the_cuda_graph_term_covers_every_v2_capture_logged`), 9 % above this estimate. The log is the V1 runner's
+/// (`gpu_model_runner.py`), so it does not check the V2 profiling peak the plan now counts (that peak and the
+/// sampler buffers come within 0.1 GiB of the V1 figure here); round 3 reads the V2 terms.
 #[test]
 fn tokens_at_the_logged_utilization() {
     let e = entry("lmcache-3430-qwen3-8b-24gb-cudagraph-profiling");

@@ -86,10 +86,11 @@ fn why_lost<R: Runtime>(
     objective: Objective,
     w: &WorkloadProfile,
 ) -> String {
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
     if !c.fits() {
         return format!(
             "does not fit: {:.2} GiB over on its fullest device",
-            c.eval.overflow as f64 / f64::from(1u32 << 30)
+            gib(c.eval.overflow)
         );
     }
     let missed = |p: &perf::Prediction| {
@@ -120,7 +121,6 @@ fn why_lost<R: Runtime>(
     // printed. Otherwise the objective's own figures below say how the two differ: a tie decided on the score
     // (same memory as printed), or a candidate outside choose's tie band, whose figures are worse.
     if c.score <= chosen.score * (1.0 + TIE) {
-        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
         if vc != vchosen && vchosen == rt.preferred_variant() {
             let verb = if rt.variant_noun() == "KV cache type" {
                 "prefers"
