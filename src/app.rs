@@ -2,7 +2,7 @@
 //! overlays, measurement store) to a document, with every failure classified by exit code. The CLI, the benches
 //! and the tests call these, so there is one path from flags to plan.
 //!
-//! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
+//! Exit codes (contract, `docs/architecture.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
 //! fits · 4 invalid input file (model, profile, inventory, database).
 
 use std::io::Write as _;

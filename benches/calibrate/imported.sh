@@ -1,6 +1,6 @@
 #!/bin/sh
 # Two llama-bench runs of one real-shaped model on this machine, minutes apart: the first is imported into the
-# measurement store by tests/calibrate_accuracy.rs (`an_imported_run_is_what_resolve_reports_and_agrees_with_a_second_run`), the
+# measurement store by tests/it/calibrate_accuracy.rs (`an_imported_run_is_what_resolve_reports_and_agrees_with_a_second_run`), the
 # second is the truth the imported prediction is checked against (issue 10: "with a llama-bench run of the model
 # itself imported, the prediction for that model is `measured` and within 5 %").
 #

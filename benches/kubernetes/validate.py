@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validates every Kubernetes manifest the planner emits against the Kubernetes OpenAPI schema, offline, and
 records the results in tests/fixtures/kubernetes/validated.json (keyed by each manifest's SHA-256), which
-tests/kubernetes_manifests.rs checks every emitted manifest against: CI has no Python, so a manifest whose
+tests/it/kubernetes_manifests.rs checks every emitted manifest against: CI has no Python, so a manifest whose
 bytes change fails there until this script is re-run.
 
     python3 -m venv /tmp/kv && /tmp/kv/bin/pip install -r benches/kubernetes/requirements.txt

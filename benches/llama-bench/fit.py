@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Fit the CPU kernel constants of src/perf on the training rows of a llama-bench table; report held-out error.
+"""Fit the CPU kernel constants of crates/core/src/perf on the training rows of a llama-bench table; report held-out error.
 
-The model is the one in src/perf/mod.rs (CPU branch), restated here on per-row aggregates:
+The model is the one in crates/core/src/perf/mod.rs (CPU branch), restated here on per-row aggregates:
 
   decode s/token = F0 + L*(Fl + Fs*[t>1]) + sum over weight types of max(bytes / (t*bw_core), params / (t*C*k_type))
   prefill s/token = sum over types of 2*params*rows / (t*C*e_pp*e_type) / tokens + floor per micro-batch
 
 with C = clock x FP32 FLOP/cycle (inventory x class profile), e_pp the rule table's CPU prefill efficiency,
 rows = tokens for block weights and 1 for the output projection. Tied Q6_K/Q5_K/other types use the fixed
-ratios to Q4_K of src/perf. Prefill includes causal attention (4 x heads x head size x layers per pair, at the
+ratios to Q4_K of crates/core/src/perf. Prefill includes causal attention (4 x heads x head size x layers per pair, at the
 prefill FLOP rate); decode's KV and attention terms are below 1 % at tg128 and left out of the fit (the Rust
 test includes them).
 

@@ -1,7 +1,7 @@
 //! Command line: clap definitions, two-phase parsing (raw flags → validated settings), output formats and exit
 //! codes. May touch everything, through the library modules; `main.rs` only calls [`main`].
 //!
-//! Exit codes (contract, `ARCHITECTURE.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
+//! Exit codes (contract, `docs/architecture.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
 //! fits · 4 invalid input file (model, profile, database).
 
 mod bench;

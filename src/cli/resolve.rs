@@ -623,7 +623,7 @@ pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
 }
 
 /// `-o DIR/` (a trailing slash) asks for a bundle instead of one file. An existing directory named without the
-/// slash is still refused as a file target (tests/hostile_input.rs), so a mistyped `-o` never spreads files.
+/// slash is still refused as a file target (tests/it/hostile_input.rs), so a mistyped `-o` never spreads files.
 fn is_bundle(p: &std::path::Path) -> bool {
     p.as_os_str().to_string_lossy().ends_with('/')
 }

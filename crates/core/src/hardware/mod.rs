@@ -1,0 +1,124 @@
+//! Hardware inventory: CPU, system memory (bounded by container limits) and GPUs, as values: read from a YAML
+//! file here, probed live by `optimizer_machine::probe`. Everything downstream takes an [`Inventory`] value and
+//! never queries devices itself; the [`Probe`] trait is the seam between the two.
+
+pub mod cluster;
+mod inventory;
+
+use std::path::{Path, PathBuf};
+
+pub use cluster::{Cluster, Fabric, FabricKind, Node, Sourced, load_cluster, parse_cluster};
+pub use inventory::{Bound, Caches, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory, Memory};
+
+/// Where an inventory comes from.
+pub trait Probe {
+    fn inventory(&self) -> Result<Inventory, InventoryError>;
+    /// `probe` or `inventory`, for provenance.
+    fn source(&self) -> &'static str;
+}
+
+/// An inventory YAML file (`--inventory FILE`, `OPTIMIZER_INVENTORY`).
+#[derive(Debug)]
+pub struct FixtureProbe(pub PathBuf);
+
+impl Probe for FixtureProbe {
+    fn inventory(&self) -> Result<Inventory, InventoryError> {
+        load_inventory(&self.0)
+    }
+    fn source(&self) -> &'static str {
+        "inventory"
+    }
+}
+
+/// An inventory or cluster file could not be used: `Io` is the environment's fault (exit 1, or 2 for a missing
+/// path), `Invalid` the file's (exit 4).
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("{path}: {source}", path = path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}", path = path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Inventory files are small; a larger one is not an inventory.
+pub const MAX_INVENTORY_BYTES: u64 = 4 << 20;
+
+/// Reads and checks an inventory YAML file.
+pub fn load_inventory(path: &Path) -> Result<Inventory, InventoryError> {
+    let text = read_bounded(path, MAX_INVENTORY_BYTES, "an inventory")?;
+    parse_inventory(&text).map_err(|message| InventoryError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    })
+}
+
+/// Reads a regular file of at most `max_bytes` (a FIFO would hang the read, `/dev/zero` would never end it):
+/// what makes the file unusable as input is `Invalid`, the rest `Io`.
+fn read_bounded(path: &Path, max_bytes: u64, what: &'static str) -> Result<String, InventoryError> {
+    optimizer_input::input::read_text_bounded(path, max_bytes, what).map_err(|source| {
+        if optimizer_input::input::is_invalid_input(&source) {
+            InventoryError::Invalid {
+                path: path.to_path_buf(),
+                message: source.to_string(),
+            }
+        } else {
+            InventoryError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })
+}
+
+/// Parses inventory YAML and checks what the types cannot: GPU memory and indices.
+pub fn parse_inventory(text: &str) -> Result<Inventory, String> {
+    let inv: Inventory = optimizer_input::yaml::from_str(text)?;
+    validate(&inv)?;
+    Ok(inv)
+}
+
+fn validate(inv: &Inventory) -> Result<(), String> {
+    if inv.cpu.physical_cores == 0 || inv.cpu.logical_cpus < inv.cpu.physical_cores {
+        return Err(format!(
+            "cpu: physical_cores {} must be at least 1 and at most logical_cpus {}",
+            inv.cpu.physical_cores, inv.cpu.logical_cpus
+        ));
+    }
+    if inv.memory.available_bytes > inv.memory.total_bytes {
+        return Err(format!(
+            "memory: available_bytes {} exceeds total_bytes {}",
+            inv.memory.available_bytes, inv.memory.total_bytes
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, g) in inv.gpus.iter().enumerate() {
+        if !seen.insert(g.index) {
+            return Err(format!("gpus[{i}]: index {} appears twice", g.index));
+        }
+        if g.memory_free_bytes > g.memory_total_bytes {
+            return Err(format!(
+                "gpus[{i}] ({}): memory_free_bytes {} exceeds memory_total_bytes {}",
+                g.name, g.memory_free_bytes, g.memory_total_bytes
+            ));
+        }
+        if let Some(cc) = &g.compute_capability
+            && parse_capability(cc).is_none()
+        {
+            return Err(format!(
+                "gpus[{i}] ({}): compute_capability {cc:?} is not MAJOR.MINOR",
+                g.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `"8.9"` → (8, 9).
+pub fn parse_capability(cc: &str) -> Option<(u32, u32)> {
+    let (a, b) = cc.split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}

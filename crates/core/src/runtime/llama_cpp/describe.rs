@@ -1,0 +1,509 @@
+//! What llama.cpp writes into the document for the chosen candidate (settings, topology, launch artifacts,
+//! provenance) and what it suggests when nothing fits.
+
+use std::collections::BTreeMap;
+
+use super::{CTX_STEP, LlamaCpp, Point, launch};
+use crate::emit::{Provenance, Settings, Source, Stage, Strategy, Topology};
+use crate::fleet::DeviceId;
+use crate::profile::{Mode, Objective};
+use crate::runtime::{Candidate, Described, Runtime};
+use optimizer_memory::llama_cpp;
+use optimizer_model::{GgmlType, MetaValue, ModelSpec};
+
+impl LlamaCpp<'_> {
+    /// The document's llama.cpp part for the chosen candidate: settings, topology, launch artifacts and the
+    /// provenance of every value llama.cpp decided.
+    pub(super) fn describe_chosen(&self, c: &Candidate<Point>) -> Described {
+        let p = &c.point;
+        let w = self.workload();
+        let model = self.req.model;
+        let settings = self.settings(c);
+        let gpu_ids = self.device_ids(p);
+        let mut prov: BTreeMap<String, Provenance> = BTreeMap::new();
+        let mut put = |k: &str, source: Source, detail: String| {
+            prov.insert(k.to_string(), Provenance { source, detail });
+        };
+        let ov = self.req.overrides;
+        let per_seq = crate::runtime::context_provenance(ov, w, self.n_ctx_train, "llama.cpp");
+        put("settings.context_per_sequence", per_seq.0, per_seq.1);
+        put(
+            "settings.context_length",
+            Source::Computed,
+            format!(
+                "-c = {} tokens per sequence x {} sequences: llama-server divides -c evenly among its slots when -np is given (its KV cache is unified only when -np is auto, common/arg.cpp --kv-unified), so each conversation gets the whole per-sequence context; a unified cache would let one long conversation take cells the others were promised",
+                c.size, p.parallel
+            ),
+        );
+        if ov.parallel.is_none() && p.parallel != self.n_par {
+            put(
+                "settings.parallel",
+                Source::Computed,
+                format!(
+                    "the roofline knee: decode turns compute-bound at {:.1} sequences (FLOPs-to-bandwidth ratio), so {} reach the throughput of workload {}'s {} in less memory",
+                    c.eval.knee, p.parallel, w.id, w.concurrency
+                ),
+            );
+        } else if ov.parallel.is_some() {
+            put(
+                "settings.parallel",
+                Source::User,
+                format!("--parallel {}", self.n_par),
+            );
+        } else {
+            put(
+                "settings.parallel",
+                Source::Profile,
+                format!("workload {} concurrency {}", w.id, w.concurrency),
+            );
+        }
+        let threads = settings.threads;
+        let gpu_threads = threads == self.threads_gpu.0 && threads != self.threads_all.0;
+        let threads_detail = if gpu_threads {
+            self.threads_gpu.1.clone()
+        } else if p.strategy == Strategy::Cpu || p.gpus.is_empty() {
+            self.threads_all.1.clone()
+        } else if p.ngl < self.all_layers() || p.cpu_moe > 0 {
+            format!(
+                "the host computes the layers (or experts) left on it, so it gets the CPU threads: {}",
+                self.threads_all.1
+            )
+        } else {
+            self.threads_gpu.1.clone()
+        };
+        put(
+            "settings.threads",
+            if gpu_threads {
+                Source::Heuristic
+            } else {
+                Source::Rule
+            },
+            threads_detail,
+        );
+        put(
+            "settings.flash_attention",
+            if self.fa_rule.is_some() {
+                Source::Rule
+            } else {
+                Source::Heuristic
+            },
+            self.fa_rule
+                .clone()
+                .unwrap_or_else(|| "CPU backend: llama.cpp resolves -fa auto to on".into()),
+        );
+        put(
+            "settings.precision",
+            if self.precision_rule.is_some() {
+                Source::Rule
+            } else {
+                Source::Heuristic
+            },
+            self.precision_rule
+                .clone()
+                .unwrap_or_else(|| "CPU backend computes in fp32".into()),
+        );
+        put(
+            "settings.ubatch_size",
+            if self.ubatches.len() > 1 {
+                Source::Computed
+            } else {
+                Source::Heuristic
+            },
+            if self.ubatches.len() > 1 {
+                "the best-scoring of 512, 1024, 2048 for throughput".into()
+            } else {
+                "llama.cpp's default micro-batch for latency workloads".into()
+            },
+        );
+        put(
+            "settings.gpu_layers",
+            if ov.gpu_layers.is_some() {
+                Source::User
+            } else {
+                Source::Computed
+            },
+            "the placement that scores best and fits, by the llama.cpp memory model".into(),
+        );
+        let host = &self.req.fleet.host;
+        // A reserve widened by an observed peak is measured; one from the rule tables alone is a rule.
+        let source = |rules: &[String]| {
+            if rules.iter().any(|r| r.starts_with("store row")) {
+                Source::Measured
+            } else {
+                Source::Rule
+            }
+        };
+        if !host.reserve_rules.is_empty() {
+            put(
+                "memory.reserve.cpu",
+                source(&host.reserve_rules),
+                host.reserve_rules.join(", "),
+            );
+        }
+        for &i in &p.gpus {
+            let g = self.gpus[i];
+            if g.reserve_rules.iter().any(|r| r.starts_with("store row")) {
+                put(
+                    &format!("memory.reserve.{}", g.id),
+                    source(&g.reserve_rules),
+                    g.reserve_rules.join(", "),
+                );
+            }
+        }
+        for &i in &p.gpus {
+            if let Some(note) = &self.gpus[i].capacity_note {
+                put(
+                    &format!("memory.capacity.{}", self.gpus[i].id),
+                    Source::Profile,
+                    note.clone(),
+                );
+            }
+        }
+        let fleet = self.req.fleet;
+        let chosen_cpu = fleet.host.perf(threads);
+        put(
+            "hardware.cpu.profile",
+            Source::Heuristic,
+            format!(
+                "{} chosen by architecture, SIMD features and {} physical cores; at {} threads: {:.0} GFLOPS FP32 peak, {:.1} GB/s memory bandwidth",
+                fleet.host.class_id(),
+                fleet.host.inventory.cpu.physical_cores,
+                threads,
+                chosen_cpu.flops / 1e9,
+                chosen_cpu.bandwidth_bytes_per_s / 1e9
+            ),
+        );
+        // Layer ranges per device, exactly as llama.cpp assigns them (from the last layer, split by free memory).
+        let n_layer = self.n_layer;
+        let weights: Vec<f64> = p
+            .gpus
+            .iter()
+            .map(|&i| self.gpus[i].capacity_bytes as f64)
+            .collect();
+        let assignment = llama_cpp::layer_devices(n_layer, p.ngl, &weights);
+        let range = |dev: Option<usize>| {
+            let blocks: Vec<u32> = (0..n_layer)
+                .filter(|&il| assignment[il as usize] == dev)
+                .collect();
+            blocks.first().zip(blocks.last()).map(|(a, b)| [*a, *b])
+        };
+        let output_dev = assignment[n_layer as usize];
+        let mut stages = vec![Stage {
+            device: DeviceId::HOST.to_string(),
+            layers: range(None),
+            output_layer: output_dev.is_none(),
+        }];
+        for (k, id) in gpu_ids.iter().enumerate() {
+            stages.push(Stage {
+                device: id.to_string(),
+                layers: range(Some(k)),
+                output_layer: output_dev == Some(k),
+            });
+        }
+        let holding = stages
+            .iter()
+            .filter(|s| s.layers.is_some() || s.output_layer)
+            .count() as u32;
+        put(
+            "topology",
+            Source::Computed,
+            if fleet.nodes > 1 {
+                format!(
+                    "llama-server is one process on one node: each of the {} identical nodes runs a replica of this plan behind a load balancer, and every figure in performance is one replica's",
+                    fleet.nodes
+                )
+            } else {
+                "one llama-server process; its layers run on the stages in order (-sm layer)".into()
+            },
+        );
+        let topology = Topology {
+            nodes: fleet.nodes,
+            data_parallel: fleet.nodes,
+            tensor_parallel: 1,
+            pipeline_parallel: holding.max(1),
+            stages,
+        };
+        // llama-server opens a split model by its first shard and finds the others itself.
+        let model_path = match model.files.as_slice() {
+            [first, _, ..] => first.path.display().to_string(),
+            _ => self.req.model_path.to_string(),
+        };
+        // Requests are what the process needs on the host: the plan's host memory, not the OS reserve.
+        let host_bytes = c.eval.memory.first().map_or(0, |d| d.total_bytes);
+        let alias = model_alias(model, &model_path);
+        let pooling = (w.mode == Mode::Embedding).then(|| {
+            let key = format!("{}.pooling_type", model.architecture);
+            match model
+                .metadata
+                .get(&key)
+                .and_then(MetaValue::as_u64)
+                .and_then(launch::pooling_name)
+            {
+                Some(p) => {
+                    put(
+                        "launch.llama-server.pooling",
+                        Source::Computed,
+                        format!("--pooling {p}: the model's GGUF {key}"),
+                    );
+                    p
+                }
+                None => {
+                    put(
+                        "launch.llama-server.pooling",
+                        Source::Heuristic,
+                        format!(
+                            "--pooling {}: the model's GGUF has no {key}; mean pooling is the sentence-transformers default",
+                            launch::DEFAULT_POOLING
+                        ),
+                    );
+                    launch::DEFAULT_POOLING
+                }
+            }
+        });
+        let serve = launch::Serve {
+            model_path: &model_path,
+            alias: &alias,
+            pooling,
+            port: launch::PORT,
+        };
+        let container_model = crate::runtime::kubernetes::model_in_container(&model_path);
+        let in_container = launch::llama_server(
+            &launch::Serve {
+                model_path: &container_model,
+                ..serve
+            },
+            &settings,
+            &gpu_ids,
+        );
+        let gpu_names: Vec<&str> = p.gpus.iter().map(|&i| self.gpus[i].name.as_str()).collect();
+        let replicated = self.replica_gpus(c, host_bytes, threads);
+        let pods = replicated
+            .as_ref()
+            .map_or(1, |(g, _)| u32::try_from(g.len()).unwrap_or(u32::MAX));
+        let mut launch = vec![
+            launch::llama_server(&serve, &settings, &gpu_ids),
+            launch::ollama(&model_path, &settings),
+            launch::kubernetes(
+                &in_container,
+                host_bytes,
+                threads,
+                &gpu_ids,
+                &gpu_names,
+                pods,
+                self.req.overrides.image.as_deref(),
+            ),
+        ];
+        if let Some((replica_gpus, why)) = replicated {
+            put("launch.llama-server-replicas", Source::Computed, why);
+            launch.push(launch::replicas(&serve, &settings, &replica_gpus));
+        }
+        let mut warnings = self.warnings.clone();
+        warnings.extend(c.eval.notes.iter().cloned());
+        Described {
+            settings: Settings::LlamaCpp(settings),
+            topology,
+            devices: std::iter::once(DeviceId::HOST)
+                .chain(gpu_ids)
+                .map(|d| d.to_string())
+                .collect(),
+            launch,
+            provenance: prov,
+            warnings,
+            training: None,
+        }
+    }
+
+    /// The GPUs of a machine that each hold a replica of a one-GPU plan, the planned one first, and why; none
+    /// unless the workload is throughput-bound and at least two fit. A GPU holds a replica when it is the same
+    /// product as the planned one with room for the plan's GPU bytes above its reserve; the host must hold
+    /// every replica's host bytes above its reserve and run every replica's threads on its physical cores.
+    fn replica_gpus(
+        &self,
+        c: &Candidate<Point>,
+        host_bytes: u64,
+        threads: u32,
+    ) -> Option<(Vec<DeviceId>, String)> {
+        let p = &c.point;
+        if self.workload().objective != Objective::Throughput || p.gpus.len() != 1 {
+            return None;
+        }
+        let planned = self.gpus[p.gpus[0]];
+        let need = c
+            .eval
+            .memory
+            .iter()
+            .find(|m| m.device == planned.id.to_string())?
+            .total_bytes;
+        let gpus: Vec<DeviceId> = std::iter::once(planned.id)
+            .chain(
+                self.gpus
+                    .iter()
+                    .filter(|g| {
+                        g.id != planned.id
+                            && g.id.kind == planned.id.kind
+                            && g.name == planned.name
+                            && need <= g.capacity_bytes.saturating_sub(g.reserve_bytes)
+                    })
+                    .map(|g| g.id),
+            )
+            .collect();
+        let host = &self.req.fleet.host;
+        let by_memory = host
+            .capacity_bytes
+            .saturating_sub(host.reserve_bytes)
+            .checked_div(host_bytes)
+            .unwrap_or(u64::MAX);
+        let cores = host.inventory.cpu.physical_cores;
+        let by_threads = cores.checked_div(threads.max(1)).unwrap_or(0);
+        let n = (gpus.len() as u64)
+            .min(by_memory)
+            .min(u64::from(by_threads)) as usize;
+        (n >= 2).then(|| {
+            (
+                gpus[..n].to_vec(),
+                format!(
+                    "workload {} is throughput-bound and one {} holds the plan ({need} bytes): the machine holds {n} replicas ({} such GPUs with room; host memory for {by_memory}, {cores} physical cores for {by_threads} at {threads} threads); every figure in performance is one replica's",
+                    self.workload().id,
+                    planned.name,
+                    gpus.len()
+                ),
+            )
+        })
+    }
+
+    /// The smallest changes that would make the nearest candidate fit.
+    pub(super) fn suggest(&self, near: &Candidate<Point>, all: &[Candidate<Point>]) -> Vec<String> {
+        let w = self.workload();
+        let model = self.req.model;
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        let overflow = near.eval.overflow;
+        let mut s = vec![format!(
+            "the nearest configuration ({}) needs {:.2} GiB more on its fullest device",
+            self.label(near),
+            gib(overflow)
+        )];
+        let kv: u64 = near
+            .eval
+            .memory
+            .iter()
+            .map(|d| d.components.kv_cache_bytes)
+            .sum();
+        if kv >= overflow && overflow > 0 {
+            let keep = 1.0 - overflow as f64 / kv as f64;
+            let shorter =
+                ((f64::from(near.size) * keep) as u32 / CTX_STEP * CTX_STEP).max(CTX_STEP);
+            s.push(format!(
+                "a shorter context: about {shorter} tokens per sequence (resolve -c {shorter}) frees the {:.2} GiB in KV cache",
+                gib(overflow)
+            ));
+            if near.point.parallel > 1 {
+                s.push(format!(
+                    "fewer sequences: --parallel {} frees KV cache in proportion",
+                    (f64::from(near.point.parallel) * keep).floor().max(1.0) as u32
+                ));
+            }
+        }
+        if near.point.kv == GgmlType::F16 && !all.iter().any(|c| c.point.kv == GgmlType::Q8_0) {
+            s.push(format!(
+                "a q8_0 KV cache (-ctk q8_0 -ctv q8_0) halves the KV cache ({:.2} GiB now); add q8_0 to workload {}'s kv_cache preferences",
+                gib(kv),
+                w.id
+            ));
+        }
+        // llama.cpp moves layers between the GPUs and the host, so a quantization fits when the whole plan fits
+        // the devices together: its weights shrink with the bits per weight, the KV cache and buffers stay.
+        let need: u64 = near.eval.memory.iter().map(|d| d.total_bytes).sum();
+        let room: u64 = near
+            .eval
+            .memory
+            .iter()
+            .map(|d| d.capacity_bytes.saturating_sub(d.reserve_bytes))
+            .sum();
+        let weights: u64 = near
+            .eval
+            .memory
+            .iter()
+            .map(|d| d.components.weights_bytes)
+            .sum();
+        let deficit = need.saturating_sub(room);
+        let bpw = model.bits_per_weight();
+        match super::quantize::smallest_change(bpw, weights, model.tensor_bytes(), deficit) {
+            Some((q, total, _)) if deficit > 0 => s.push(format!(
+                "a smaller quantization: {} (about {:.2} bits per weight, from {bpw:.2}) takes about {:.2} GiB of weights instead of {:.2} GiB, which with this plan's KV cache and buffers fits the {:.2} GiB the devices hold together (llama-quantize MODEL-F16.gguf OUT.gguf {})",
+                q.name,
+                q.bits_per_weight,
+                gib(total),
+                gib(model.tensor_bytes()),
+                gib(room),
+                q.name
+            )),
+            _ => s.push(format!(
+                "a smaller quantization of this model: its weights take {:.2} GiB at {bpw:.2} bits per weight{}",
+                gib(model.tensor_bytes()),
+                if deficit > 0 {
+                    format!(
+                        ", and no llama-quantize type alone brings this plan's {:.2} GiB within the {:.2} GiB the devices hold together",
+                        gib(need),
+                        gib(room)
+                    )
+                } else {
+                    String::new()
+                }
+            )),
+        }
+        s.push(format!(
+            "or {:.2} GiB more free memory on the fullest device",
+            gib(overflow)
+        ));
+        s
+    }
+}
+
+/// The name llama-server serves the model under: the GGUF's `general.name`, else the file name without
+/// `.gguf` (and without a split suffix `-00001-of-00003`).
+fn model_alias(model: &ModelSpec, model_path: &str) -> String {
+    if let Some(n) = model
+        .name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        return n.to_string();
+    }
+    let stem = std::path::Path::new(model_path).file_stem().map_or_else(
+        || model_path.to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    match stem.rsplit_once("-of-") {
+        Some((head, n)) if n.len() == 5 && n.bytes().all(|b| b.is_ascii_digit()) => {
+            head.rsplit_once('-').map_or(head, |(h, _)| h).to_string()
+        }
+        _ => stem,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model_alias;
+    use optimizer_model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
+
+    #[test]
+    fn the_alias_is_the_gguf_name_else_the_file_stem_without_its_split_suffix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        write_sparse(&synthetic_llama(LlamaShape::LLAMA3_8B), &path).unwrap();
+        let mut spec = optimizer_model::load(&path).unwrap();
+        assert_eq!(model_alias(&spec, "x.gguf"), "synthetic llama");
+        spec.name = None;
+        assert_eq!(
+            model_alias(&spec, "/m/Qwen2.5-7B-Q4_K_M.gguf"),
+            "Qwen2.5-7B-Q4_K_M"
+        );
+        assert_eq!(
+            model_alias(&spec, "/m/llama-70b-q4-00001-of-00003.gguf"),
+            "llama-70b-q4"
+        );
+        spec.name = Some("  ".into());
+        assert_eq!(model_alias(&spec, "a-of-b.gguf"), "a-of-b");
+    }
+}

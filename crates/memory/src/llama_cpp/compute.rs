@@ -1,0 +1,267 @@
+//! Compute buffers: the peak of the engine's graph allocator per device, modelled as the largest live set
+//! among the graph's phases (attention, feed-forward, output), plus the op-offload copy and the
+//! pipeline-parallel input copies.
+//!
+//! The model is split in two so the activation-row constants can be fitted and held out: [`ComputeTerms`] holds
+//! what one configuration contributes per unit of each constant (bytes of one activation row, one K row, one
+//! feed-forward row, one input row) and the parts no constant weighs (logits, scores, mask, device roles);
+//! [`ComputeTerms::buffers`] weighs them with a [`ComputeConstants`]. The estimate uses [`COMPUTE_CONSTANTS`].
+
+use serde::Serialize;
+
+use super::error::{ParamError, add, mul, product};
+use super::kv::Heads;
+use super::layers::{Placement, Slot, slot};
+use super::weights::{Kind, TensorKind};
+use super::{F32, Machine, PIPELINE_COPIES, Params, Resolved};
+use optimizer_model::{ModelSpec, PerLayer, Role};
+
+/// Bytes of an f16 element (the attention mask under flash attention).
+const F16: u64 = 2;
+/// Bytes of an i32 input element (token ids, positions, output ids).
+const I32: u64 = 4;
+/// What an overflow in this module is named.
+const W: &str = "compute buffer";
+
+/// The engine offloads a matmul whose weights stay on the host to the first GPU once a micro-batch has at
+/// least this many tokens (ggml-cuda `offload_op`: `min_batch_size = 32`), copying the weight into that GPU's
+/// compute buffer.
+const OP_OFFLOAD_MIN_BATCH: u64 = 32;
+
+/// How many activations of each kind are live at the graph's peaks. These are the compute model's only fitted
+/// numbers; everything else it uses is read from the model or the engine's rules.
+///
+/// Held out (`tests/it/compute_buffer_holdout.rs`; figures from
+/// `cargo test --test compute_buffer_holdout -- --nocapture`): a grid search over 0..=8 for each constant on the
+/// 440 CPU rows of Llama-2-7B, Mixtral-8x7B and Llama-3-8B (`tests/fixtures/llama-cpp/measured-cpu.json`) gives
+/// [`COMPUTE_CONSTANTS`] as its only best tuple (224 of the 440 rows within the engine's 0.01 MiB print
+/// rounding; moving any one constant by 1 loses at least 4 of them). On the 482 rows of the families the fit
+/// never saw (Llama-3.2-1B, Qwen2-7B, Gemma-2-9B, Gemma-2-2B) the compute buffer is off by at most 88.0 MiB and
+/// 2.43 % (mean 3.26 MiB, 0.38 %) and the whole estimate by at most 87.9 MiB and 0.98 % (mean 0.08 %); the
+/// CUDA build's GPU compute buffer at full offload for those families by at most 60.0 MiB and 2.67 % (112
+/// rows, mean 1.57 %).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct ComputeConstants {
+    /// Rows of width `n_embd` live at the attention peak besides the scores, the K/V rows and the mask (layer
+    /// input, norm, Q, attention output, residual). With [`Self::attn_kv_rows`] fitted on the pinned engine:
+    /// 5.5 rows for Llama-3-8B (GQA 4) and 7 for Llama-2-7B (MHA) at every context and micro-batch measured.
+    pub attn_embd_rows: u64,
+    /// Rows of width `n_embd_k_gqa` live at the attention peak: K and V of the micro-batch. A quantized K cache
+    /// takes the micro-batch's K straight into the quantizing copy, one row fewer (measured: -8 MiB at 512
+    /// tokens, -32 MiB at 2048 for Llama-2-7B, fa off).
+    pub attn_kv_rows: u64,
+    /// Rows of width `n_embd` live at the feed-forward peak besides the wide activations: input, norm, output
+    /// and residual; without flash attention one more (the transposed-V attention output), not counted here.
+    pub ffn_embd_rows: u64,
+    /// Activations of width `n_ff` (× experts used for a mixture of experts) live at the feed-forward peak: gate,
+    /// up and their product. Fitted: Llama-2-7B (dense) and Mixtral-8x7B (MoE, 2 of 8 experts) alike.
+    pub ffn_wide_activations: u64,
+    /// Per-token i32 inputs alive through every block.
+    pub input_rows_i32: u64,
+    /// Rows of width `n_embd` live at the output peak besides the logits: the final hidden states and their
+    /// norm.
+    pub output_live_rows: u64,
+}
+
+/// The constants the estimate uses.
+pub const COMPUTE_CONSTANTS: ComputeConstants = ComputeConstants {
+    attn_embd_rows: 5,
+    attn_kv_rows: 2,
+    ffn_embd_rows: 4,
+    ffn_wide_activations: 3,
+    input_rows_i32: 5,
+    output_live_rows: 2,
+};
+
+/// The compute buffers of one configuration before [`ComputeConstants`] weigh the activation rows: bytes per
+/// unit of each constant, the parts no constant weighs, and which device holds what. Built by the estimate;
+/// public (hidden) so the constants can be fitted without re-running the rest of the model.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeTerms {
+    /// One f32 activation row of `n_embd` per token of the worst-case micro-batch.
+    row: u64,
+    /// One f32 K row of the widest layer (`n_embd_k_gqa`) per token.
+    kv_row: u64,
+    /// One f32 feed-forward row (`n_ff`, × experts used) per token.
+    wide_row: u64,
+    /// One i32 per token.
+    input_row: u64,
+    /// f32 logits for every token of the micro-batch (llama.cpp reserves with `n_outputs = n_tokens`).
+    logits: u64,
+    /// f32 attention scores of every head, 0 with flash attention.
+    scores: u64,
+    /// The attention mask, an input that stays allocated through every block.
+    mask: u64,
+    flash_attn: bool,
+    quantized_k: bool,
+    /// Per device of the estimate (0 the host): whether it holds blocks.
+    holds_blocks: Vec<bool>,
+    /// The device holding the output layer.
+    output_dev: usize,
+    /// Whether any GPU is present (the host then keeps only the graph's inputs when the layers are elsewhere).
+    gpus: bool,
+    /// Bytes the first GPU's compute buffer adds for host matmul weights it computes with (op offload), 0 when
+    /// the engine does not offload.
+    op_offload: u64,
+    /// Whether the scheduler keeps [`PIPELINE_COPIES`] copies of each split's inputs.
+    pipeline_parallel: bool,
+}
+
+/// Peak compute bytes of the graph's phases.
+#[derive(Debug, Clone, Copy)]
+struct Phases {
+    /// Logits and final hidden states: on the device holding the output layer.
+    output: u64,
+    /// The larger of attention and feed-forward: on every device holding blocks.
+    layers: u64,
+    /// What the host holds when every layer is elsewhere.
+    host_inputs: u64,
+}
+
+impl ComputeTerms {
+    /// The terms for `model` resolved as `r`, laid out as `placement` says.
+    pub(super) fn new(
+        model: &ModelSpec,
+        params: &Params,
+        machine: &Machine,
+        r: &Resolved,
+        heads: &Heads,
+        n_vocab: u64,
+        placement: &Placement,
+    ) -> Result<Self, ParamError> {
+        let h = &model.hparams;
+        // sched_reserve: n_tokens = min(n_ctx, n_ubatch) (llama-context.cpp L629).
+        let t = u64::from(r.n_ubatch.min(r.n_ctx));
+        let n_embd_k_gqa = mul(W, heads.n_embd_head_k, heads.head_kv.max())?;
+        // The scores span the cells of one stream; the micro-batch's tokens are spread over the streams.
+        let full_kv = u64::from(r.n_ctx_seq);
+        let any_full =
+            h.sliding_window_layers.is_empty() || h.sliding_window_layers.iter().any(|s| !s);
+        let n_kv = if any_full {
+            full_kv
+        } else {
+            r.swa_cells.map_or(full_kv, u64::from)
+        };
+        let wide = match (h.expert_count, h.expert_used_count) {
+            (Some(n), Some(k)) if n > 0 => mul(
+                W,
+                h.expert_feed_forward_length
+                    .or(h.feed_forward_length.as_ref().map(PerLayer::max))
+                    .unwrap_or(0),
+                k,
+            )?,
+            _ => h.feed_forward_length.as_ref().map_or(0, PerLayer::max),
+        };
+        let n_dev = machine.gpus.len() + 1;
+        let mut holds_blocks = vec![false; n_dev];
+        for il in 0..placement.n_layer {
+            holds_blocks[placement.index(Slot::Block(il))] = true;
+        }
+        // Host-resident matmul weights are copied to the first GPU for large batches; the largest one bounds
+        // what that GPU's compute buffer must add.
+        let largest_host_matmul = model
+            .tensors
+            .iter()
+            // The placement first: it is an integer test, the kind a few string scans per tensor.
+            .filter(|t| placement.device(slot(t)).is_none() && t.slot_kind() != TensorKind::Other)
+            .filter(|t| !(t.role == Role::Expert && params.n_cpu_moe > 0))
+            .map(|t| t.bytes)
+            .max()
+            .unwrap_or(0);
+        let gpus = !machine.gpus.is_empty();
+        let op_offload = if gpus && t >= OP_OFFLOAD_MIN_BATCH && placement.gpu_layers > 0 {
+            largest_host_matmul
+        } else {
+            0
+        };
+        Ok(ComputeTerms {
+            row: product(W, &[heads.n_embd, t, F32])?,
+            kv_row: product(W, &[n_embd_k_gqa, t, F32])?,
+            wide_row: product(W, &[wide, t, F32])?,
+            input_row: mul(W, t, I32)?,
+            logits: product(W, &[n_vocab, t, F32])?,
+            scores: if r.flash_attn {
+                0
+            } else {
+                product(W, &[n_kv, t, heads.head_count.max(), F32])?
+            },
+            mask: product(W, &[n_kv, t, if r.flash_attn { F16 } else { F32 }])?,
+            flash_attn: r.flash_attn,
+            quantized_k: params.type_k.is_quantized(),
+            holds_blocks,
+            output_dev: placement.index(Slot::Output),
+            gpus,
+            op_offload,
+            pipeline_parallel: r.pipeline_parallel,
+        })
+    }
+
+    /// Peak of the compute graph for one micro-batch, the largest of its phases (see the module doc). Output:
+    /// logits and the live rows. Blocks: the attention (without flash attention the f32 scores of every head)
+    /// or the feed-forward, whichever is larger, plus the mask and the inputs.
+    fn phases(&self, c: &ComputeConstants) -> Result<Phases, ParamError> {
+        let output = add(W, self.logits, mul(W, c.output_live_rows, self.row)?)?;
+        let inputs = mul(W, c.input_rows_i32, self.input_row)?;
+        let kv_rows = if self.quantized_k {
+            c.attn_kv_rows.saturating_sub(1)
+        } else {
+            c.attn_kv_rows
+        };
+        let attention = [
+            mul(W, c.attn_embd_rows, self.row)?,
+            mul(W, kv_rows, self.kv_row)?,
+        ]
+        .into_iter()
+        .try_fold(self.scores, |a, b| add(W, a, b))?;
+        let ffn = [
+            mul(W, c.ffn_embd_rows, self.row)?,
+            if self.flash_attn { 0 } else { self.row },
+        ]
+        .into_iter()
+        .try_fold(mul(W, c.ffn_wide_activations, self.wide_row)?, |a, b| {
+            add(W, a, b)
+        })?;
+        Ok(Phases {
+            output,
+            layers: add(W, add(W, attention.max(ffn), self.mask)?, inputs)?,
+            // With the layers elsewhere the host keeps the embedding rows it looked up, the mask and the inputs.
+            host_inputs: add(W, add(W, self.row, self.mask)?, inputs)?,
+        })
+    }
+
+    /// The compute buffer of every device of the estimate (0 the host, `i + 1` GPU i) with constants `c`: the
+    /// largest phase the device runs, the op-offload copy on the first GPU, the pipeline input copies.
+    pub fn buffers(&self, c: &ComputeConstants) -> Result<Vec<u64>, ParamError> {
+        let p = self.phases(c)?;
+        let mut out: Vec<u64> = (0..self.holds_blocks.len())
+            .map(|d| {
+                let mut peak = 0;
+                if self.holds_blocks[d] {
+                    peak = peak.max(p.layers);
+                }
+                if d == self.output_dev {
+                    peak = peak.max(p.output);
+                }
+                if d == 0 && self.gpus {
+                    peak = peak.max(p.host_inputs);
+                }
+                peak
+            })
+            .collect();
+        if self.op_offload > 0 {
+            out[1] = add(W, out[1], self.op_offload)?;
+        }
+        if self.pipeline_parallel {
+            // Each GPU's split receives the residual stream, mask and positions; the extra copies stay
+            // allocated so micro-batches can overlap across GPUs.
+            let copies = mul(W, PIPELINE_COPIES - 1, p.host_inputs)?;
+            for (d, b) in out.iter_mut().enumerate().skip(1) {
+                if self.holds_blocks[d] {
+                    *b = add(W, *b, copies)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,159 @@
+//! KV cache and recurrent state: cells per stream, row sizes per cache type, per layer and device
+//! (llama-kv-cache.cpp, llama-kv-cache-iswa.cpp, llama-memory-recurrent.cpp).
+
+use super::error::{ParamError, add, mul, product};
+use super::layers::{Placement, Slot};
+use super::params::Context;
+use super::{DeviceMemory, F32, Params};
+use optimizer_model::{GgmlType, Hparams, PerLayer};
+
+/// The KV cache pads the context to 256 cells (llama-context.cpp L290, L296).
+pub(super) const KV_PAD: u64 = 256;
+
+/// Bytes of one row of `n` elements of `t` (`ggml_row_size`); 0 where `n` does not fill whole blocks.
+pub fn row_size(t: GgmlType, n: u64) -> u64 {
+    t.tensor_bytes(&[n]).unwrap_or(0)
+}
+
+/// Bytes of one cache row of `elements` elements: the engine refuses a row that does not fill whole blocks of a
+/// quantized cache type (llama-context.cpp L3851-3870 with flash attention; `ggml_row_size` asserts without).
+fn cache_row(which: &'static str, t: GgmlType, elements: u64) -> Result<u64, ParamError> {
+    let block = t.block_elements().max(1);
+    if !elements.is_multiple_of(block) {
+        return Err(ParamError::CacheBlock {
+            which,
+            type_name: t.name(),
+            block,
+            elements,
+        });
+    }
+    t.tensor_bytes(&[elements]).ok_or(ParamError::Overflow {
+        what: "KV cache row",
+    })
+}
+
+/// The attention widths the caches and the compute graph depend on.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Heads {
+    pub n_embd: u64,
+    /// Query heads per layer.
+    pub head_count: PerLayer,
+    /// KV heads per layer (the query heads where the model declares none).
+    pub head_kv: PerLayer,
+    pub n_embd_head_k: u64,
+    pub n_embd_head_v: u64,
+}
+
+impl Heads {
+    /// From the hyper-parameters; head sizes default to `n_embd / n_head` as the engine's do.
+    pub fn of(h: &Hparams) -> Result<Self, ParamError> {
+        let head_count = h
+            .head_count
+            .as_ref()
+            .ok_or(ParamError::MissingHparam("head_count"))?;
+        let head_kv = h
+            .head_count_kv
+            .clone()
+            .unwrap_or_else(|| head_count.clone());
+        let n_embd = h
+            .embedding_length
+            .ok_or(ParamError::MissingHparam("embedding_length"))?;
+        let head_dim_default = n_embd / head_count.max().max(1);
+        Ok(Heads {
+            n_embd,
+            head_count: head_count.clone(),
+            head_kv,
+            n_embd_head_k: h.key_length.unwrap_or(head_dim_default),
+            n_embd_head_v: h.value_length.unwrap_or(head_dim_default),
+        })
+    }
+}
+
+/// Adds the KV cache of every attention layer and the recurrent state of every recurrent layer to the device
+/// holding the layer (the host with `-nkvo`).
+pub(super) fn place(
+    h: &Hparams,
+    params: &Params,
+    ctx: &Context,
+    swa_cells: Option<u32>,
+    heads: &Heads,
+    placement: &Placement,
+    mem: &mut [DeviceMemory],
+) -> Result<(), ParamError> {
+    let device_of = |il: u32| {
+        if params.no_kv_offload {
+            0
+        } else {
+            placement.index(Slot::Block(il))
+        }
+    };
+    let (n_embd_head_k, n_embd_head_v, head_kv) =
+        (heads.n_embd_head_k, heads.n_embd_head_v, &heads.head_kv);
+    let is_mla = h.key_length_mla.is_some() && h.value_length_mla.is_some();
+    // Quantized cache rows must fill whole blocks: per head with flash attention (llama-context.cpp
+    // L3851-3870), per row without (ggml_row_size).
+    if ctx.flash_attn {
+        cache_row("K", params.type_k, n_embd_head_k)?;
+        if !is_mla {
+            cache_row("V", params.type_v, n_embd_head_v)?;
+        }
+    }
+    const KV: &str = "KV cache";
+    for il in 0..placement.n_layer {
+        let l = il as usize;
+        if h.recurrent_layers.get(l).copied().unwrap_or(false) {
+            continue;
+        }
+        let kv_heads = head_kv.get(l).unwrap_or(0);
+        if kv_heads == 0 {
+            continue;
+        }
+        let cells = match swa_cells {
+            Some(c) if h.sliding_window_layers.get(l).copied().unwrap_or(false) => c,
+            _ => ctx.n_ctx_seq,
+        };
+        let k = cache_row("K", params.type_k, mul(KV, n_embd_head_k, kv_heads)?)?;
+        // llama-kv-cache.cpp L209-234: an MLA cache holds the latent K only; without flash attention V is stored
+        // transposed and every layer's V is as wide as the widest (n_embd_v_gqa_max).
+        let v = if is_mla {
+            0
+        } else if ctx.flash_attn {
+            cache_row("V", params.type_v, mul(KV, n_embd_head_v, kv_heads)?)?
+        } else {
+            cache_row("V", params.type_v, mul(KV, n_embd_head_v, head_kv.max())?)?
+        };
+        let bytes = product(
+            KV,
+            &[add(KV, k, v)?, u64::from(cells), u64::from(ctx.n_stream)],
+        )?;
+        let m = &mut mem[device_of(il)];
+        m.kv_cache_bytes = add(KV, m.kv_cache_bytes, bytes)?;
+    }
+    if let Some(ssm) = &h.ssm {
+        // llama-memory-recurrent: per recurrent layer, conv state n_embd_r and SSM state n_embd_s in f32, one
+        // cell per sequence (llama-hparams.cpp n_embd_r / n_embd_s).
+        const RS: &str = "recurrent state";
+        let d_conv = ssm.conv_kernel.unwrap_or(0);
+        let d_inner = ssm.inner_size.unwrap_or(0);
+        let d_state = ssm.state_size.unwrap_or(0);
+        let n_group = ssm.group_count.unwrap_or(0);
+        let r = mul(
+            RS,
+            d_conv.saturating_sub(1),
+            add(RS, d_inner, product(RS, &[2, n_group, d_state])?)?,
+        )?;
+        let s = mul(RS, d_state, d_inner)?;
+        let bytes = product(RS, &[add(RS, r, s)?, F32, u64::from(ctx.n_seq)])?;
+        for il in 0..placement.n_layer {
+            if h.recurrent_layers
+                .get(il as usize)
+                .copied()
+                .unwrap_or(false)
+            {
+                let m = &mut mem[device_of(il)];
+                m.kv_cache_bytes = add(RS, m.kv_cache_bytes, bytes)?;
+            }
+        }
+    }
+    Ok(())
+}

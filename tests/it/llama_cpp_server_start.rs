@@ -1,0 +1,167 @@
+//! The pinned llama-server starts from the argv a plan emits, as written: for a few presets on a fixture model,
+//! the document's `launch.llama_server.argv` (its `--host 0.0.0.0 --port 8080` rewritten to
+//! `--host 127.0.0.1 --port <free port>`: loopback only, and a port no other run holds) is run until
+//! `GET /health` answers 200, then the server is killed. The embedding preset's `--embedding --pooling` and
+//! the `--alias` start too.
+//!
+//! It needs a build of the pinned engine's llama-server (tests/fixtures/llama-cpp/README.md says how); without
+//! `LLAMA_SERVER=/path/to/llama-server` it prints why and passes, so the normal test run needs no binary (the
+//! argument-table check in tests/it/llama_cpp_argv_table.rs covers that part).
+
+use crate::common;
+use common::{fixture, inventory, profiles};
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use optimizer::model;
+use optimizer::plan::Overrides;
+
+/// How long a server may take to load a fixture model and answer /health: the fixtures are a few MiB, so a
+/// minute is generous even on a loaded 2-core machine, and short enough that a hung server fails the test.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// Between /health polls.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Per-request socket timeout, so a server that accepts and never answers cannot hang the poll.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A port the kernel just handed out on loopback (released before the server binds it).
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The status code of `GET /health`, or None when nothing answers.
+fn health(port: u16) -> Option<u16> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut s = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).ok()?;
+    s.set_read_timeout(Some(REQUEST_TIMEOUT)).ok()?;
+    s.set_write_timeout(Some(REQUEST_TIMEOUT)).ok()?;
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut head = [0u8; 64];
+    let n = s.read(&mut head).ok()?;
+    let line = std::str::from_utf8(&head[..n]).ok()?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The whole response to a request (`Connection: close`), or None when nothing answers.
+fn request(port: u16, head: &str, body: &str) -> Option<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut s = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).ok()?;
+    s.set_read_timeout(Some(REQUEST_TIMEOUT)).ok()?;
+    s.write_all(
+        format!(
+            "{head} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[test]
+fn the_pinned_llama_server_starts_from_emitted_argv() {
+    let Some(server) = std::env::var_os("LLAMA_SERVER").filter(|v| !v.is_empty()) else {
+        eprintln!(
+            "skipped: set LLAMA_SERVER to the pinned llama-server binary to start it from emitted argv \
+             (tests/fixtures/llama-cpp/README.md)"
+        );
+        return;
+    };
+    let set = profiles();
+    // The engine here is a CPU build: plan for the host of the CPU fixture inventory.
+    let inv = inventory("cpu-server.yaml");
+    let mut report = Vec::new();
+    for (gguf, workload) in [
+        ("llama-q4_k_m.gguf", "inference"),
+        ("llama-q4_k_m.gguf", "chat"),
+        ("qwen2-q4_0.gguf", "batch-inference"),
+        ("mixtral-moe-q4_k.gguf", "long-context"),
+        ("llama-q4_k_m.gguf", "embedding"),
+    ] {
+        let path = fixture("gguf").join(gguf);
+        let spec = model::load(&path).unwrap();
+        let label = path.display().to_string();
+        let doc = common::plan(&spec, &label, &inv, &set, workload, &Overrides::default()).unwrap();
+        let argv = &common::artifact(&doc, "llama-server").argv;
+        assert_eq!(argv[0], "llama-server", "{workload}: program");
+        let port = free_port();
+        let mut args = argv[1..].to_vec();
+        for (flag, value) in [
+            ("--host", "127.0.0.1".to_string()),
+            ("--port", port.to_string()),
+        ] {
+            let i = args
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("{workload}: no {flag} in {argv:?}"));
+            args[i + 1] = value;
+        }
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut child = Command::new(&server)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let outcome = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Err(format!("exited with {status} before answering /health"));
+            }
+            if health(port) == Some(200) {
+                // The server answers under the planned alias, and an embedding plan serves embeddings.
+                let alias = &argv[argv.iter().position(|a| a == "--alias").unwrap() + 1];
+                let models = request(port, "GET /v1/models", "").unwrap_or_default();
+                if !models.contains(&format!("\"id\":\"{alias}\"")) {
+                    break Err(format!("/v1/models does not list {alias:?}: {models}"));
+                }
+                if workload == "embedding" {
+                    let r = request(
+                        port,
+                        "POST /v1/embeddings",
+                        &format!("{{\"model\":\"{alias}\",\"input\":\"hello world\"}}"),
+                    )
+                    .unwrap_or_default();
+                    if !r.starts_with("HTTP/1.1 200") || !r.contains("\"embedding\"") {
+                        break Err(format!("POST /v1/embeddings: {r}"));
+                    }
+                }
+                break Ok(started.elapsed());
+            }
+            if started.elapsed() > START_DEADLINE {
+                break Err(format!("no 200 from /health within {START_DEADLINE:?}"));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        };
+        // Only the child this test started, by its handle.
+        let _ = child.kill();
+        let _ = child.wait();
+        match outcome {
+            Ok(t) => report.push(format!(
+                "{gguf} {workload}: /health 200 after {:.1} s with {:?}",
+                t.as_secs_f64(),
+                &argv[3..]
+            )),
+            Err(e) => {
+                let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                panic!(
+                    "{gguf} {workload}: llama-server {argv:?} {e}; its log ends:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}
