@@ -512,3 +512,86 @@ fn tied_output_copy_follows_the_buffer_type_it_lands_in() {
     assert_eq!(e.devices[0].weights_repack_bytes, blocks + embd);
     assert_eq!(e.devices[0].weights_bytes, embd);
 }
+
+/// Issue 23, one view of devices: on a CUDA, a ROCm, an Apple (Metal) and a CPU-only inventory, `estimate`
+/// sees the devices `resolve` plans on, in the same order and under the same names, gives each the room
+/// `resolve` fits against (capacity less reserves), and with the plan's own flags puts the same weights on each.
+/// Before, `estimate` kept NVIDIA GPUs only: on the Apple and AMD inventories it estimated a CPU-only run of a
+/// model `resolve` put on the GPU.
+#[test]
+fn estimate_and_resolve_share_one_view_of_devices() {
+    let m = fixture("gguf/llama-q4_k_m.gguf");
+    let m = m.to_str().unwrap();
+    for (inventory, gpu) in [
+        ("laptop-rtx4060.yaml", Some("cuda:0")),
+        ("workstation-2x3090.yaml", Some("cuda:1")),
+        ("amd-radeon.yaml", Some("rocm:0")),
+        ("apple-m2-max.yaml", Some("metal:0")),
+        ("cpu-server.yaml", None),
+    ] {
+        let plan = json(
+            &bin_on(inventory)
+                .args(["resolve", "-m", m, "-w", "chat", "--format", "json"])
+                .output()
+                .unwrap(),
+        );
+        let s = &plan["settings"];
+        let flag = |k: &str| s[k].to_string();
+        let (ngl, c, np) = (flag("gpu_layers"), flag("context_length"), flag("parallel"));
+        let est = json(
+            &bin_on(inventory)
+                .args(["estimate", "-m", m, "-ngl", &ngl, "-c", &c, "-np", &np])
+                .args(["--sweep", "context", "--format", "json"])
+                .output()
+                .unwrap(),
+        );
+        let planned = plan["memory"]["devices"].as_array().unwrap();
+        let names = |v: &[serde_json::Value]| -> Vec<String> {
+            v.iter()
+                .map(|d| d["device"].as_str().unwrap().to_string())
+                .collect()
+        };
+        // Every device the plan uses is one the estimate sees (the plan may leave a GPU of several idle, as on
+        // the 2x RTX 3090 with a model one GPU holds), with the room the plan fitted against.
+        let rooms = est["devices"].as_array().unwrap();
+        if let Some(gpu) = gpu {
+            assert!(names(rooms).iter().any(|n| n == gpu), "{inventory}: {gpu}");
+        }
+        for p in planned {
+            let r = rooms
+                .iter()
+                .find(|r| r["device"] == p["device"])
+                .unwrap_or_else(|| panic!("{inventory}: {} is not in the estimate", p["device"]));
+            let room = p["capacity_bytes"].as_u64().unwrap() - p["reserve_bytes"].as_u64().unwrap();
+            assert_eq!(
+                r["room_bytes"].as_u64(),
+                Some(room),
+                "{inventory}: {}",
+                p["device"]
+            );
+        }
+        if names(planned) != names(rooms) {
+            assert_eq!(inventory, "workstation-2x3090.yaml", "{inventory}: devices");
+            continue;
+        }
+        // The plan's flags at the plan's context on the plan's devices: the same weights on every device.
+        let plain = json(
+            &bin_on(inventory)
+                .args(["estimate", "-m", m, "-ngl", &ngl, "-c", &c, "-np", &np])
+                .args(["--format", "json"])
+                .output()
+                .unwrap(),
+        );
+        for (p, e) in planned.iter().zip(plain["devices"].as_array().unwrap()) {
+            assert_eq!(p["device"], e["device"], "{inventory}");
+            assert_eq!(
+                p["components"]["weights_bytes"], e["weights_bytes"],
+                "{inventory}: weights on {}",
+                p["device"]
+            );
+        }
+        if gpu.is_some() {
+            assert!(planned[1]["components"]["weights_bytes"].as_u64().unwrap() > 0);
+        }
+    }
+}

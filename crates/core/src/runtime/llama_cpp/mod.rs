@@ -107,6 +107,86 @@ fn trained_context(model: &ModelSpec) -> Result<u32, PlanError> {
     }
 }
 
+/// The GPUs llama-server drives on `fleet`, in the fleet's order, and why the others are left out: Intel GPUs
+/// (SYCL) never, and of CUDA, ROCm and Metal only the backend whose GPUs hold the most free memory (one
+/// llama-server process drives one GPU backend). `resolve` plans on these and `estimate` estimates on these, so
+/// the two see the same devices with the same capacity.
+pub fn drivable_gpus(fleet: &crate::fleet::Fleet) -> (Vec<&FleetGpu>, Vec<String>) {
+    let mut warnings = Vec::new();
+    // Intel GPUs (SYCL), matched to a profile or not: listed, never planned.
+    let sycl = fleet
+        .unused
+        .iter()
+        .filter(|u| u.id.kind == DeviceKind::Sycl)
+        .map(|u| (u.id.ordinal, u.gpu.name.as_str()))
+        .chain(
+            fleet
+                .gpus
+                .iter()
+                .filter(|g| g.id.kind == DeviceKind::Sycl)
+                .map(|g| (g.id.ordinal, g.name.as_str())),
+        );
+    for (ordinal, name) in sycl {
+        warnings.push(format!(
+        "gpu {ordinal} ({name}): not used: llama.cpp reaches Intel GPUs through its SYCL or Vulkan backends, whose memory this planner does not model"
+        ));
+    }
+    let drivable: Vec<&FleetGpu> = fleet
+        .gpus
+        .iter()
+        .filter(|g| g.id.kind != DeviceKind::Sycl)
+        .collect();
+    for g in drivable.iter().filter(|g| g.id.kind == DeviceKind::Rocm) {
+        warnings.push(format!(
+        "gpu {} ({}): planned for llama.cpp's HIP (ROCm) backend, whose buffers are allocated as CUDA's are; modelled from the CUDA path, not measured on ROCm",
+        g.id.ordinal, g.name
+        ));
+    }
+    // One GPU backend per llama-server process: plan the backend with the most free memory, list the others.
+    let chosen = [DeviceKind::Cuda, DeviceKind::Rocm, DeviceKind::Metal]
+        .into_iter()
+        .max_by_key(|k| {
+            drivable
+                .iter()
+                .filter(|g| g.id.kind == *k)
+                .map(|g| g.capacity_bytes)
+                .sum::<u64>()
+        })
+        .filter(|k| drivable.iter().any(|g| g.id.kind == *k));
+    let gpus: Vec<&FleetGpu> = drivable
+        .into_iter()
+        .filter(|g| {
+        let keep = Some(g.id.kind) == chosen;
+        if !keep {
+            warnings.push(format!(
+            "{}: not used: one llama-server process drives one GPU backend, and {:?} GPUs hold more free memory",
+            g.id,
+            chosen.unwrap_or(DeviceKind::Cuda)
+            ));
+        }
+        keep
+        })
+        .collect();
+    (gpus, warnings)
+}
+
+/// The llama.cpp memory model's view of a host with CPU features `cpu_features` and the GPUs `gpus`: each GPU
+/// with its capacity and the per-GPU runtime overhead `gpu_overhead` of the memory-reserve rules (none on a
+/// unified-memory GPU, whose buffers come out of the host's memory).
+pub fn machine_on(cpu_features: &[String], gpus: &[&FleetGpu], gpu_overhead: u64) -> Machine {
+    Machine {
+        cpu_features: cpu_features.to_vec(),
+        gpus: gpus
+            .iter()
+            .map(|g| GpuTarget {
+                name: g.id.to_string(),
+                free_bytes: g.capacity_bytes,
+                overhead_bytes: if g.unified_memory { 0 } else { gpu_overhead },
+            })
+            .collect(),
+    }
+}
+
 impl<'a> LlamaCpp<'a> {
     /// llama.cpp for this request, or why it cannot plan it.
     pub fn new(req: &'a Request<'a>) -> Result<LlamaCpp<'a>, PlanError> {
@@ -145,60 +225,8 @@ impl<'a> LlamaCpp<'a> {
                 n_layer + 1
             ));
         }
-        // Intel GPUs (SYCL), matched to a profile or not: listed, never planned.
-        let sycl = fleet
-            .unused
-            .iter()
-            .filter(|u| u.id.kind == DeviceKind::Sycl)
-            .map(|u| (u.id.ordinal, u.gpu.name.as_str()))
-            .chain(
-                fleet
-                    .gpus
-                    .iter()
-                    .filter(|g| g.id.kind == DeviceKind::Sycl)
-                    .map(|g| (g.id.ordinal, g.name.as_str())),
-            );
-        for (ordinal, name) in sycl {
-            warnings.push(format!(
-                "gpu {ordinal} ({name}): not used: llama.cpp reaches Intel GPUs through its SYCL or Vulkan backends, whose memory this planner does not model"
-            ));
-        }
-        let drivable: Vec<&FleetGpu> = fleet
-            .gpus
-            .iter()
-            .filter(|g| g.id.kind != DeviceKind::Sycl)
-            .collect();
-        for g in drivable.iter().filter(|g| g.id.kind == DeviceKind::Rocm) {
-            warnings.push(format!(
-                "gpu {} ({}): planned for llama.cpp's HIP (ROCm) backend, whose buffers are allocated as CUDA's are; modelled from the CUDA path, not measured on ROCm",
-                g.id.ordinal, g.name
-            ));
-        }
-        // One GPU backend per llama-server process: plan the backend with the most free memory, list the others.
-        let chosen = [DeviceKind::Cuda, DeviceKind::Rocm, DeviceKind::Metal]
-            .into_iter()
-            .max_by_key(|k| {
-                drivable
-                    .iter()
-                    .filter(|g| g.id.kind == *k)
-                    .map(|g| g.capacity_bytes)
-                    .sum::<u64>()
-            })
-            .filter(|k| drivable.iter().any(|g| g.id.kind == *k));
-        let gpus: Vec<&FleetGpu> = drivable
-            .into_iter()
-            .filter(|g| {
-                let keep = Some(g.id.kind) == chosen;
-                if !keep {
-                    warnings.push(format!(
-                        "{}: not used: one llama-server process drives one GPU backend, and {:?} GPUs hold more free memory",
-                        g.id,
-                        chosen.unwrap_or(DeviceKind::Cuda)
-                    ));
-                }
-                keep
-            })
-            .collect();
+        let (gpus, left_out) = drivable_gpus(fleet);
+        warnings.extend(left_out);
         let objective = req.objective;
         let threads_all = host_threads(fleet, set, objective);
         let threads_gpu = gpu_host_threads(fleet);
@@ -284,21 +312,12 @@ impl<'a> LlamaCpp<'a> {
     }
 
     fn machine(&self, gpus: &[usize]) -> Machine {
-        Machine {
-            cpu_features: self.req.fleet.host.inventory.cpu.features.clone(),
-            gpus: gpus
-                .iter()
-                .map(|&i| GpuTarget {
-                    name: self.gpus[i].id.to_string(),
-                    free_bytes: self.gpus[i].capacity_bytes,
-                    overhead_bytes: if self.gpus[i].unified_memory {
-                        0
-                    } else {
-                        self.gpu_overhead
-                    },
-                })
-                .collect(),
-        }
+        let gpus: Vec<&FleetGpu> = gpus.iter().map(|&i| self.gpus[i]).collect();
+        machine_on(
+            &self.req.fleet.host.inventory.cpu.features,
+            &gpus,
+            self.gpu_overhead,
+        )
     }
 
     fn params(&self, p: &Point, ctx_seq: u32) -> Params {

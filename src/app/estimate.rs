@@ -1,0 +1,288 @@
+//! `estimate`: llama.cpp's memory per device for the flags given, and the context or parallel sweeps.
+
+use super::*;
+
+/// What `estimate` computes: llama.cpp's memory for given flags.
+#[derive(Debug, Clone)]
+pub struct EstimateRequest {
+    pub model: PathBuf,
+    pub params: Params,
+    /// `N` GPUs (or a CPU) of a hardware profile in place of the machine.
+    pub hardware: Option<(u32, String)>,
+}
+
+/// `estimate`: the llama.cpp memory model for the flags, on the probed (or inventory, or profiled) machine.
+pub fn estimate(sources: &Sources, req: &EstimateRequest) -> Result<Estimate, Failure> {
+    let spec = crate::model::load(&req.model)?;
+    let set = sources.profiles()?;
+    let mut notes = Vec::new();
+    let (overhead, rule) = set.llama_cpp_gpu_overhead();
+    let rule = rule.map(str::to_string);
+    let em = estimate_machine(sources, req, &set, &mut notes, overhead)?;
+    if let Some(rule) = rule.filter(|_| em.machine.gpus.iter().any(|g| g.overhead_bytes > 0)) {
+        notes.push(format!("per-GPU overhead from rule {rule}"));
+    }
+    let mut est = em.label(
+        llama_cpp::estimate(&spec, &req.params, &em.machine)
+            .map_err(|e| estimate_failure(e, &req.model))?,
+    );
+    est.notes.extend(notes);
+    Ok(est)
+}
+
+/// The exit code and message of a refused estimate: a defect of the model file is invalid input (4) naming the
+/// file; flags llama.cpp would refuse are a usage error (2).
+fn estimate_failure(e: llama_cpp::ParamError, model: &Path) -> Failure {
+    if e.is_model_defect() {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: {e}", model.display()),
+        )
+    } else {
+        Failure::new(exit::USAGE, e)
+    }
+}
+
+/// What `estimate --sweep` varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SweepAxis {
+    /// `-c`: the context, from 512 by doublings up to the model's trained context.
+    Context,
+    /// `-np`: parallel sequences, from 1 by doublings up to llama.cpp's `LLAMA_MAX_SEQ`.
+    Parallel,
+}
+
+/// One value of the sweep: each device's total.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SweepRow {
+    pub value: u32,
+    /// Total bytes per device, in the estimate's device order.
+    pub totals: Vec<u64>,
+    /// Notes the estimate made at this value (clamped context, refused flags).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// A device of the sweep: what it may hold and the largest swept value that fits it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SweepDevice {
+    pub device: String,
+    /// Free memory less the llama.cpp memory-reserve rules (GPUs), or available memory less the OS reserve
+    /// (host); absent when not known (a profiled GPU's host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub room_bytes: Option<u64>,
+    /// The largest swept value whose total fits the room; absent when none does or the room is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_fit: Option<u32>,
+}
+
+/// `estimate --sweep`: the memory table users keep asking for.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Sweep {
+    pub axis: SweepAxis,
+    pub devices: Vec<SweepDevice>,
+    pub rows: Vec<SweepRow>,
+}
+
+/// Smallest context a sweep starts at: llama.cpp's own floor for a usable context is 256 tokens per sequence
+/// (common/arg.cpp clamps `-c` below it), and 512 is the first power of two a chat turn fits.
+pub const SWEEP_MIN_CONTEXT: u32 = 512;
+
+/// `estimate --sweep context|parallel`: the estimate at each value of the axis (the other flags as given), and
+/// the largest value that fits each device.
+pub fn estimate_sweep(
+    sources: &Sources,
+    req: &EstimateRequest,
+    axis: SweepAxis,
+) -> Result<Sweep, Failure> {
+    let spec = crate::model::load(&req.model)?;
+    let set = sources.profiles()?;
+    let mut notes = Vec::new();
+    let (overhead, _) = set.llama_cpp_gpu_overhead();
+    let em = estimate_machine(sources, req, &set, &mut notes, overhead)?;
+    let m = &em.machine;
+    let values: Vec<u32> = match axis {
+        SweepAxis::Context => {
+            let trained = spec
+                .hparams
+                .context_length
+                .and_then(|c| u32::try_from(c).ok())
+                .filter(|&c| c > 0)
+                .unwrap_or(SWEEP_MIN_CONTEXT)
+                .min(llama_cpp::MAX_CTX_FLAG);
+            let mut v: Vec<u32> =
+                std::iter::successors(Some(SWEEP_MIN_CONTEXT), |&c| c.checked_mul(2))
+                    .take_while(|&c| c < trained)
+                    .collect();
+            v.push(trained);
+            v
+        }
+        SweepAxis::Parallel => std::iter::successors(Some(1u32), |&n| n.checked_mul(2))
+            .take_while(|&n| n <= llama_cpp::MAX_SEQ)
+            .collect(),
+    };
+    let mut rows = Vec::with_capacity(values.len());
+    let mut names: Vec<String> = Vec::new();
+    for &v in &values {
+        let mut params = req.params.clone();
+        match axis {
+            SweepAxis::Context => params.n_ctx = v,
+            SweepAxis::Parallel => params.n_parallel = v,
+        }
+        let est = em.label(
+            llama_cpp::estimate(&spec, &params, m).map_err(|e| estimate_failure(e, &req.model))?,
+        );
+        if names.is_empty() {
+            names = est.devices.iter().map(|d| d.device.clone()).collect();
+        }
+        rows.push(SweepRow {
+            value: v,
+            totals: est.devices.iter().map(|d| d.total_bytes).collect(),
+            notes: est.notes,
+        });
+    }
+    // Room per device: each GPU's capacity less its reserves, the host's available memory less its reserve (when
+    // the host is this machine or its inventory), as `resolve` fits its plans.
+    let mut devices = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        // The memory model lists the host first, then the GPUs in the machine's order.
+        let room = match i.checked_sub(1) {
+            None => em.host_room,
+            Some(g) => em.gpu_rooms.get(g).copied().flatten(),
+        };
+        let largest_fit = room.and_then(|r| {
+            rows.iter()
+                .filter(|row| row.totals.get(i).is_some_and(|&t| t <= r))
+                .map(|row| row.value)
+                .max()
+        });
+        devices.push(SweepDevice {
+            device: name.clone(),
+            room_bytes: room,
+            largest_fit,
+        });
+    }
+    Ok(Sweep {
+        axis,
+        devices,
+        rows,
+    })
+}
+
+/// The machine an estimate runs on: what the memory model sees, and the room each of its devices has for the
+/// sweep's largest fit.
+struct EstimateMachine {
+    machine: Machine,
+    /// Free memory less the memory-reserve rules, per GPU in the machine's order (`None`: not known).
+    gpu_rooms: Vec<Option<u64>>,
+    /// The host's available memory less its reserve, when the host is this machine or its inventory.
+    host_room: Option<u64>,
+    /// Each GPU's name in the estimate, in the machine's order: its device id in the fleet (`cuda:1`,
+    /// `rocm:0`, `metal:0`, as `resolve` names it); `cuda:N` by position for profiled GPUs.
+    gpu_labels: Vec<String>,
+}
+
+impl EstimateMachine {
+    /// The estimate with its GPUs named as the fleet names them (the memory model numbers them `cuda:N` by
+    /// position).
+    fn label(&self, mut est: Estimate) -> Estimate {
+        for (d, label) in est.devices.iter_mut().skip(1).zip(&self.gpu_labels) {
+            d.device.clone_from(label);
+        }
+        est
+    }
+}
+
+/// The devices of the estimate. With `--hardware`, `n` GPUs (or a CPU) of the profile and an unknown host.
+/// Otherwise the fleet `resolve` plans on (`fleet::build` for llama.cpp), reduced to the GPUs llama-server
+/// drives (`runtime::llama_cpp::drivable_gpus`): CUDA, ROCm or Metal, whichever backend holds the most, each with
+/// the fleet's capacity (a Metal GPU's working set) and reserves, so `estimate` and `resolve` agree on every
+/// device (`tests/it/estimate.rs`, `one_view_of_devices`).
+fn estimate_machine(
+    sources: &Sources,
+    req: &EstimateRequest,
+    set: &ProfileSet,
+    notes: &mut Vec<String>,
+    overhead: u64,
+) -> Result<EstimateMachine, Failure> {
+    let invalid = |e: String| Failure::new(exit::INVALID_INPUT, anyhow::anyhow!("{e}"));
+    if let Some((n, id)) = &req.hardware {
+        let p = &set
+            .find_hardware(id)
+            .map_err(|e| lookup_failure(e, "hardware"))?
+            .value;
+        let id = p.id.as_str();
+        return Ok(match p.kind {
+            DeviceKind::Gpu => {
+                notes.push(format!(
+                    "planning for {n}x {id}: the host CPU is unknown, so no CPU weight repacking is predicted"
+                ));
+                // The same memory `resolve --hardware` plans with (`gpu_from_profile`).
+                let free = p.memory.plannable_bytes().unwrap_or(0);
+                let (reserve, _) = set
+                    .reserve(ReserveTarget::Gpu, RuntimeId::LlamaCpp, free)
+                    .map_err(|e| invalid(e.to_string()))?;
+                EstimateMachine {
+                    machine: Machine {
+                        cpu_features: Vec::new(),
+                        gpus: (0..*n)
+                            .map(|_| GpuTarget {
+                                name: p.name.clone(),
+                                free_bytes: free,
+                                overhead_bytes: overhead,
+                            })
+                            .collect(),
+                    },
+                    gpu_rooms: (0..*n)
+                        .map(|_| Some(free.saturating_sub(reserve)))
+                        .collect(),
+                    host_room: None,
+                    gpu_labels: (0..*n).map(|i| format!("cuda:{i}")).collect(),
+                }
+            }
+            DeviceKind::Cpu | DeviceKind::Soc => {
+                if p.kind == DeviceKind::Soc {
+                    notes.push(format!("{id} is a unified-memory SoC; its GPU backend is not modelled, so this is the CPU estimate"));
+                }
+                EstimateMachine {
+                    machine: Machine {
+                        cpu_features: p
+                            .cpu
+                            .as_ref()
+                            .map(|c| c.features.clone())
+                            .unwrap_or_default(),
+                        gpus: Vec::new(),
+                    },
+                    gpu_rooms: Vec::new(),
+                    host_room: None,
+                    gpu_labels: Vec::new(),
+                }
+            }
+        });
+    }
+    let (inv, _) = sources.inventory()?;
+    let fleet = crate::fleet::build(&inv, set, RuntimeId::LlamaCpp).map_err(|e| invalid(e.0))?;
+    let (gpus, left_out) = crate::runtime::llama_cpp::drivable_gpus(&fleet);
+    notes.extend(left_out);
+    notes.extend(fleet.unused.iter().map(|u| {
+        format!(
+            "{} ({}): not used: no profile or derivable figures describe it",
+            u.id, u.gpu.name
+        )
+    }));
+    Ok(EstimateMachine {
+        machine: crate::runtime::llama_cpp::machine_on(&inv.cpu.features, &gpus, overhead),
+        gpu_rooms: gpus
+            .iter()
+            .map(|g| Some(g.capacity_bytes.saturating_sub(g.reserve_bytes)))
+            .collect(),
+        host_room: Some(
+            fleet
+                .host
+                .capacity_bytes
+                .saturating_sub(fleet.host.reserve_bytes),
+        ),
+        gpu_labels: gpus.iter().map(|g| g.id.to_string()).collect(),
+    })
+}

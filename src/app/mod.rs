@@ -1,0 +1,329 @@
+//! The pipelines, one module per command: what `resolve`, `estimate`, `measurements import`, `observe`,
+//! `calibrate` and `bench` do from sources (model path, inventory or live probe, profile overlays, measurement
+//! store) to a document, with every failure classified by exit code. The CLI, the benches and the tests call
+//! these, so there is one path from flags to plan. This file holds what they share: the sources, the failure
+//! type and its exit codes.
+//!
+//! Exit codes (contract, `docs/architecture.md`): 0 success · 1 runtime error · 2 usage error · 3 no configuration
+//! fits · 4 invalid input file (model, profile, inventory, database).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::emit::Deployment;
+use crate::evidence::Evidence;
+use crate::hardware::Inventory;
+use crate::memory::llama_cpp::{self, Estimate, GpuTarget, Machine, Params};
+use crate::plan::{self, Inputs, Overrides, PlanError};
+use crate::profile::{DeviceKind, Diagnostic, ProfileSet, ReserveTarget, RuntimeId};
+
+mod bench;
+mod calibrate;
+mod estimate;
+mod measurements;
+mod observe;
+mod resolve;
+
+pub use bench::*;
+pub use calibrate::*;
+pub use estimate::*;
+pub use measurements::*;
+pub use observe::*;
+pub use resolve::*;
+
+/// Exit codes of the `optimizer` binary.
+pub mod exit {
+    pub const SUCCESS: u8 = 0;
+    pub const RUNTIME: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const NO_FIT: u8 = 3;
+    pub const INVALID_INPUT: u8 = 4;
+}
+
+/// An error with its exit code and, when a fix is known, a hint.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    pub fn new(code: u8, error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            code,
+            error: error.into(),
+            hint: None,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+/// The exit code of an I/O error on an input file: a missing file is a usage error (2); a FIFO, a device or a
+/// directory where a file belongs is the input's fault (4); anything else is the environment's (1).
+pub fn io_exit_code(e: &std::io::Error) -> u8 {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        exit::USAGE
+    } else if crate::input::is_invalid_input(e) {
+        exit::INVALID_INPUT
+    } else {
+        exit::RUNTIME
+    }
+}
+
+/// An input text file read with its bound, its I/O failure classified by [`io_exit_code`] and naming the file.
+fn read_input(path: &Path, limit: u64, kind: &'static str) -> Result<String, Failure> {
+    crate::input::read_text_bounded(path, limit, kind)
+        .map_err(|e| Failure::new(io_exit_code(&e), anyhow::anyhow!("{}: {e}", path.display())))
+}
+
+impl From<crate::model::ModelError> for Failure {
+    fn from(e: crate::model::ModelError) -> Self {
+        use crate::model::ModelError;
+        match &e {
+            ModelError::Io { source, .. } => {
+                let code = io_exit_code(source);
+                let f = Failure::new(code, e);
+                if code == exit::USAGE {
+                    f.hint("check the path to the model")
+                } else {
+                    f
+                }
+            }
+            ModelError::Invalid { .. } | ModelError::InvalidModel { .. } => {
+                Failure::new(exit::INVALID_INPUT, e)
+            }
+        }
+    }
+}
+
+/// Where a setting's value came from, for messages and provenance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingOrigin {
+    Flag,
+    Env,
+}
+
+/// Settings every command shares, resolved once with one precedence (flag > environment > default).
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// Inventory file replacing the live probe.
+    pub inventory: Option<(PathBuf, SettingOrigin)>,
+    /// Profile overlay directories, in order: the user directory, then each `--profiles`.
+    pub profile_dirs: Vec<PathBuf>,
+    /// The measurement database.
+    pub db: Option<PathBuf>,
+}
+
+impl Sources {
+    /// The sources from flags, then the environment (`OPTIMIZER_INVENTORY`, `OPTIMIZER_DB`, XDG directories).
+    pub fn from_env(
+        inventory: Option<PathBuf>,
+        profiles: Vec<PathBuf>,
+        db: Option<PathBuf>,
+    ) -> Self {
+        let inventory = inventory.map(|p| (p, SettingOrigin::Flag)).or_else(|| {
+            std::env::var_os("OPTIMIZER_INVENTORY")
+                .filter(|v| !v.is_empty())
+                .map(|v| (PathBuf::from(v), SettingOrigin::Env))
+        });
+        let xdg = std::env::var("XDG_CONFIG_HOME").ok();
+        let home = std::env::var("HOME").ok();
+        let mut profile_dirs: Vec<PathBuf> =
+            crate::profile::user_dir(xdg.as_deref(), home.as_deref())
+                .into_iter()
+                .collect();
+        profile_dirs.extend(profiles);
+        let db = db
+            .or_else(|| {
+                std::env::var_os("OPTIMIZER_DB")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .or_else(|| {
+                crate::store::default_path(
+                    std::env::var("XDG_DATA_HOME").ok().as_deref(),
+                    home.as_deref(),
+                )
+            });
+        Sources {
+            inventory,
+            profile_dirs,
+            db,
+        }
+    }
+
+    /// The inventory: the fixture file when one is set, else the live probe.
+    pub fn inventory(&self) -> Result<(crate::hardware::Inventory, &'static str), Failure> {
+        use crate::hardware::{FixtureProbe, InventoryError, PlanProbe, Probe};
+        // A GPU a built-in profile describes needs no SM count from the CUDA driver (~200 ms of cuInit); the
+        // set is loaded only when NVML reports a GPU.
+        let builtin = std::cell::OnceCell::new();
+        let probe: Box<dyn Probe + '_> = match &self.inventory {
+            Some((p, _)) => Box::new(FixtureProbe(p.clone())),
+            None => Box::new(PlanProbe(|g: &crate::hardware::Gpu| {
+                !builtin
+                    .get_or_init(|| crate::profile::builtin_set().unwrap_or_default())
+                    .describes(g)
+            })),
+        };
+        let source = probe.source();
+        probe
+            .inventory()
+            .map(|inv| (inv, source))
+            .map_err(|e| match &e {
+                InventoryError::Io { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    let from = match self.inventory {
+                        Some((_, SettingOrigin::Env)) => " (from OPTIMIZER_INVENTORY)",
+                        _ => "",
+                    };
+                    Failure::new(exit::USAGE, e).hint(format!("check the inventory path{from}"))
+                }
+                InventoryError::Io { .. } => Failure::new(exit::RUNTIME, e),
+                InventoryError::Invalid { .. } => Failure::new(exit::INVALID_INPUT, e)
+                    .hint("`optimizer schema inventory` prints the inventory schema"),
+            })
+    }
+
+    /// The measurement store, created on first use; for commands that need it. An invalid file exits 4, an
+    /// unusable location (read-only, full, permission denied) exits 1.
+    pub fn store(&self) -> Result<crate::store::Store, Failure> {
+        let path = self.db.clone().ok_or_else(|| {
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("no database path: set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME"),
+            )
+        })?;
+        crate::store::Store::open(&path).map_err(store_failure)
+    }
+
+    /// What the store holds for these device profiles and this model, for a command that can plan without it
+    /// (`resolve`): when the store cannot be used for reasons of the environment (no path, no writable
+    /// directory, a full disk, an I/O error), the evidence says why (printed on stderr too) instead of failing;
+    /// an invalid database file still exits 4 (see the `store` module doc for why).
+    pub fn evidence(
+        &self,
+        device_profiles: &[String],
+        fingerprint: &str,
+    ) -> Result<Evidence, Failure> {
+        let looked_up = match &self.db {
+            None => {
+                Err("no database path (set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME)".to_string())
+            }
+            Some(path) => match crate::store::Store::open_for_lookup(path)
+                .and_then(|s| s.evidence(device_profiles, fingerprint))
+            {
+                Ok(found) => Ok(found),
+                Err(e) if e.is_invalid_file() => return Err(store_failure(e)),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        Ok(match looked_up {
+            Ok(ev) => ev,
+            Err(why) => {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "warning: planned without the measurement store: {why}; measured figures, if any, were not used"
+                );
+                Evidence::unavailable(why)
+            }
+        })
+    }
+
+    /// The profile set in force (built-in + overlays).
+    pub fn profiles(&self) -> Result<crate::profile::ProfileSet, Failure> {
+        crate::profile::load(&self.profile_dirs).map_err(invalid_profiles)
+    }
+}
+
+/// The exit code and hint of a store error: the file's fault is 4, the environment's 1.
+pub fn store_failure(e: crate::store::StoreError) -> Failure {
+    let path = e.path().display().to_string();
+    if e.is_invalid_file() {
+        Failure::new(exit::INVALID_INPUT, e).hint(format!(
+            "it was not modified; move it aside (mv {path} {path}.bak) or point --db at another file"
+        ))
+    } else {
+        Failure::new(exit::RUNTIME, e).hint(format!(
+            "the measurement database needs a writable directory with free space: check {path}, or point --db or OPTIMIZER_DB at a writable location"
+        ))
+    }
+}
+
+/// The failure for invalid profile files: every diagnostic on stderr (file and defect), exit 4.
+pub fn invalid_profiles(diags: Vec<Diagnostic>) -> Failure {
+    let mut err = std::io::stderr().lock();
+    for d in &diags {
+        let _ = writeln!(err, "{d}");
+    }
+    let files: std::collections::BTreeSet<&str> = diags.iter().map(|d| d.path.as_str()).collect();
+    Failure::new(
+        exit::INVALID_INPUT,
+        anyhow::anyhow!(
+            "{} problem{} in {} profile file{}",
+            diags.len(),
+            if diags.len() == 1 { "" } else { "s" },
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        ),
+    )
+}
+
+/// A profile id that names nothing (or several): a usage error, exit code 2, pointing at the list of `kind`.
+pub fn lookup_failure(e: crate::profile::lookup::LookupError, kind: &str) -> Failure {
+    Failure::new(exit::USAGE, e).hint(format!(
+        "`optimizer profiles list --kind {kind}` shows every id{}",
+        if kind == "hardware" {
+            " and product name"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// Seconds since the Unix epoch as RFC 3339 UTC (`2026-11-22T23:59:59Z`), by the civil-from-days algorithm
+/// (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms").
+pub fn rfc3339(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The time now as RFC 3339 UTC (a run's start and finish).
+pub fn now_rfc3339() -> String {
+    rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_secs()),
+    )
+}
+
+/// The host a run is taken on, as the store keys it: the inventory's CPU, cores and memory.
+pub fn host_identity(inv: &crate::hardware::Inventory) -> crate::store::HostIdentity {
+    crate::store::HostIdentity {
+        cpu_model: inv.cpu.model.clone(),
+        physical_cores: inv.cpu.physical_cores,
+        memory_total_bytes: inv.memory.total_bytes,
+        hostname: String::new(),
+    }
+}
