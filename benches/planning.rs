@@ -19,12 +19,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use optimizer::app::{self, Hardware, ResolveRequest, Sources};
 use optimizer::evidence::Evidence;
 use optimizer::hardware::{FixtureProbe, Inventory, Probe};
-use optimizer::model::{
-    self, ModelSpec,
-    gguf_builder::{LlamaShape, synthetic_llama, write_sparse},
-};
+use optimizer::model::{self, ModelSpec};
 use optimizer::plan::{self, Inputs, Overrides};
 use optimizer::profile::{self, ProfileSet};
+use optimizer_testkit::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
 
 /// Counts live heap bytes and their peak, so the table can report what a plan allocates.
 struct Counting;

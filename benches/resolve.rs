@@ -6,11 +6,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use optimizer::app::{self, Hardware, ResolveRequest, Sources};
-use optimizer::model::{
-    self,
-    gguf_builder::{LlamaShape, synthetic_llama, write_sparse},
-};
+use optimizer::model;
 use optimizer::plan::Overrides;
+use optimizer_testkit::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,7 +1,7 @@
 //! Writes a sparse, Llama-3-shaped GGUF file (real header, zero-length data holes) for measurements:
 //! `cargo run --release --example synth_gguf -- /tmp/llama3-8b.gguf 8b` (or `70b`).
 
-use optimizer::model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
+use optimizer_testkit::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);

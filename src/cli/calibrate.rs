@@ -86,25 +86,16 @@ pub fn settle(raw: RawCalibrate) -> Mode {
     }
 }
 
-#[cfg(unix)]
-extern "C" fn on_interrupt(_: libc::c_int) {
-    // A second Ctrl-C while the step under way finishes ends the process at once (the run stays incomplete
-    // and is never used). Only async-signal-safe calls here: an atomic swap and _exit.
-    if STOP.swap(true, Ordering::SeqCst) {
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(130) };
-    }
-}
-
+/// Ctrl-C finishes the step under way and keeps what finished; a second Ctrl-C while it finishes ends the process
+/// at once (exit 130, the shell's code for SIGINT; the run stays incomplete and is never used). `ctrlc` runs the
+/// handler on its own thread, not in signal context, and handles SIGINT on Unix and Ctrl-C on Windows alike.
 fn catch_interrupt() {
-    #[cfg(unix)]
-    // SAFETY: the handler only touches an atomic and calls _exit.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-    }
+    // An error here means a handler is already set (a second calibration in one process): it stops this one too.
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
 }
 
 /// Human units for a figure.

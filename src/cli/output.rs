@@ -1,8 +1,9 @@
 //! Output files (`-o FILE`): every command that writes a file writes it here, atomically and safely.
 //!
-//! The document goes to a temporary file created exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`, an
-//! unpredictable name, retried on collision) in the target's directory, so a link planted at a guessable name
-//! cannot redirect the write (the old `.NAME.tmp.PID` could make a run as root overwrite any file). It is
+//! The document goes to a temporary file created exclusively by `tempfile` (`O_CREAT | O_EXCL`, which also
+//! refuses a symbolic link at the name; an unpredictable name, retried on collision) in the target's
+//! directory, so a link planted at a guessable name cannot redirect the write (the old `.NAME.tmp.PID` could
+//! make a run as root overwrite any file). It is
 //! written, given the existing target's permission bits (and owner, where allowed), flushed to disk, and
 //! renamed over the target; on any failure the temporary file is removed and the target is untouched.
 //!
@@ -13,16 +14,16 @@
 //! but a file swapped in between that check and the rename is replaced, not written through, so the window
 //! can only lose the swapped-in entry, never write into a device or a link's target.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use super::{Failure, exit};
 
-/// Attempts at a fresh temporary name. A collision with a 64-bit random name means another writer (or an
-/// attacker) holds that name; a few retries separate bad luck from a directory that refuses every name.
-const MAX_TEMP_ATTEMPTS: u32 = 16;
-/// Bytes of the target's name kept in the temporary name: with the prefix dot and the `.<16 hex>.tmp` suffix
+/// Random characters in the temporary name (`tempfile`'s alphabet of 62): about 95 bits, so a name cannot be
+/// guessed ahead of the run.
+const TEMP_RANDOM_CHARS: usize = 16;
+/// Bytes of the target's name kept in the temporary name: with the prefix dot and the `.<16 random>.tmp` suffix
 /// (22 bytes) the name stays under the 255-byte NAME_MAX of common filesystems.
 const MAX_TEMP_STEM_BYTES: usize = 200;
 
@@ -69,36 +70,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let (tmp, mut file) = create_temp(
-        dir,
-        &name.to_string_lossy(),
-        existing.is_none(),
-        &mut random_u64,
-    )
-    .map_err(io)?;
-    let result = (|| {
-        file.write_all(bytes)?;
+    let prefix = temp_prefix(&name.to_string_lossy());
+    let mut tmp = temp_builder(&prefix, existing.is_none())
+        .tempfile_in(dir)
+        .map_err(io)?;
+    let written = (|| {
+        tmp.write_all(bytes)?;
         if let Some(meta) = &existing {
-            keep_owner_and_mode(&file, meta)?;
+            keep_owner_and_mode(tmp.as_file(), meta)?;
         }
-        file.sync_all()?;
-        drop(file);
+        tmp.as_file().sync_all()?;
         // The target may have been swapped since the first look; a non-regular file is still refused.
         if let Err(e) = regular_or_absent(path) {
             return Err(io::Error::other(e.to_string()));
         }
-        std::fs::rename(&tmp, path)?;
-        // Make the rename itself durable; some filesystems refuse to sync a directory, which loses nothing
-        // that the rename has not already made visible.
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
         Ok(())
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    // On any failure the temporary file is removed when `tmp` (or the error that holds it) is dropped.
+    written.map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    // Make the rename itself durable; some filesystems refuse to sync a directory, which loses nothing that the
+    // rename has not already made visible.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
     }
-    result.map_err(io)
+    Ok(())
 }
 
 /// The target's metadata when it is a regular file, `None` when nothing is there; anything else is refused.
@@ -118,30 +114,30 @@ fn regular_or_absent(path: &Path) -> Result<Option<std::fs::Metadata>, WriteErro
     }
 }
 
-/// 64 unpredictable bits: std's `RandomState` is keyed from the operating system's random source, and the
-/// clock and a counter make successive names differ within one process.
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
+/// How the temporary file for a target is created: `PREFIX<random>.tmp` ([`temp_prefix`]), exclusively. A new target
+/// gets the usual 0666 less the umask (what creating it directly would give); a replaced one starts private
+/// (0600) and gets the old file's mode once written.
+fn temp_builder(prefix: &str, new_target: bool) -> tempfile::Builder<'_, 'static> {
+    let mut b = tempfile::Builder::new();
+    b.prefix(prefix)
+        .suffix(".tmp")
+        .rand_bytes(TEMP_RANDOM_CHARS);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(std::fs::Permissions::from_mode(if new_target {
+            0o666
+        } else {
+            0o600
+        }));
     }
-    h.finish()
+    #[cfg(not(unix))]
+    let _ = new_target;
+    b
 }
 
-/// Creates `.NAME.<random>.tmp` in `dir` exclusively, never through a symbolic link. A new target gets the
-/// usual 0666 less the umask (what creating it directly would give); a replaced one starts private (0600) and
-/// gets the old file's mode once written.
-fn create_temp(
-    dir: &Path,
-    name: &str,
-    new_target: bool,
-    random: &mut dyn FnMut() -> u64,
-) -> io::Result<(PathBuf, File)> {
+/// `.NAME.`, the temporary name's prefix, with NAME cut to [`MAX_TEMP_STEM_BYTES`].
+fn temp_prefix(name: &str) -> String {
     let mut stem = name;
     while stem.len() > MAX_TEMP_STEM_BYTES {
         let mut cut = MAX_TEMP_STEM_BYTES;
@@ -150,27 +146,7 @@ fn create_temp(
         }
         stem = &stem[..cut];
     }
-    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
-    for _ in 0..MAX_TEMP_ATTEMPTS {
-        let tmp = dir.join(format!(".{stem}.{:016x}.tmp", random()));
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options
-                .mode(if new_target { 0o666 } else { 0o600 })
-                .custom_flags(libc::O_NOFOLLOW);
-        }
-        #[cfg(not(unix))]
-        let _ = new_target;
-        match options.open(&tmp) {
-            Ok(f) => return Ok((tmp, f)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last)
+    format!(".{stem}.")
 }
 
 /// Gives the new file the replaced file's permission bits and, where the system allows (as root, or when it is
@@ -248,39 +224,46 @@ mod tests {
     }
 
     #[test]
-    fn temporary_names_differ() {
+    fn temporary_names_differ_and_stay_under_name_max() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, _fa) = create_temp(dir.path(), "x", true, &mut random_u64).unwrap();
-        let (b, _fb) = create_temp(dir.path(), "x", true, &mut random_u64).unwrap();
-        assert_ne!(a, b);
+        let a = temp_builder(&temp_prefix("x"), true)
+            .tempfile_in(dir.path())
+            .unwrap();
+        let b = temp_builder(&temp_prefix("x"), true)
+            .tempfile_in(dir.path())
+            .unwrap();
+        assert_ne!(a.path(), b.path());
         let long = "n".repeat(300);
-        let (c, _fc) = create_temp(dir.path(), &long, true, &mut random_u64).unwrap();
-        assert!(c.file_name().unwrap().len() <= 255);
+        let c = temp_builder(&temp_prefix(&long), true)
+            .tempfile_in(dir.path())
+            .unwrap();
+        assert!(c.path().file_name().unwrap().len() <= 255);
     }
 
-    /// A link (or any file) already at the chosen name is never opened: the next name is tried.
+    /// A link (or any file) already at the temporary name is never opened or followed. With no random part
+    /// the name is known, so the test can plant links there: creation fails instead of writing through them.
     #[cfg(unix)]
     #[test]
-    fn a_link_at_the_temporary_name_is_skipped_not_followed() {
+    fn a_link_at_the_temporary_name_is_refused_not_followed() {
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim");
         std::fs::write(&victim, "keep me\n").unwrap();
-        std::os::unix::fs::symlink(&victim, dir.path().join(format!(".x.{:016x}.tmp", 7))).unwrap();
-        std::os::unix::fs::symlink(
-            "/nonexistent",
-            dir.path().join(format!(".x.{:016x}.tmp", 8)),
-        )
-        .unwrap();
-        let mut names = [7u64, 8, 9].into_iter();
-        let (tmp, mut f) =
-            create_temp(dir.path(), "x", true, &mut || names.next().unwrap()).unwrap();
-        assert_eq!(tmp, dir.path().join(format!(".x.{:016x}.tmp", 9)));
-        f.write_all(b"new").unwrap();
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
-        assert!(!Path::new("/nonexistent").exists());
-        let mut same = || 7u64;
-        let e = create_temp(dir.path(), "x", true, &mut same).unwrap_err();
+        let planted = dir.path().join(".x..tmp");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let e = temp_builder(&temp_prefix("x"), true)
+            .rand_bytes(0)
+            .tempfile_in(dir.path())
+            .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        std::fs::remove_file(&planted).unwrap();
+        std::os::unix::fs::symlink("/nonexistent-optimizer-target", &planted).unwrap();
+        let e = temp_builder(&temp_prefix("x"), true)
+            .rand_bytes(0)
+            .tempfile_in(dir.path())
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert!(!Path::new("/nonexistent-optimizer-target").exists());
     }
 
     #[test]

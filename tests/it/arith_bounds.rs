@@ -12,10 +12,10 @@ use std::process::Output;
 use optimizer::memory::llama_cpp::{
     self, FlashAttn, MAX_CTX_FLAG, MAX_SEQ, Machine, ParamError, Params, estimate,
 };
-use optimizer::model::gguf_builder::{GgufBuilder, value_type as vt, write_sparse};
 use optimizer::model::{
     self, Defect, MAX_CONTEXT_LENGTH, MAX_EXPERTS, MAX_HPARAM_U32, MAX_VOCAB_SIZE, ModelError,
 };
+use optimizer_testkit::gguf_builder::{GgufBuilder, value_type as vt, write_sparse};
 
 const Q8_0: u32 = 8;
 const F32: u32 = 0;

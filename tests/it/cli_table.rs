@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Output;
 
 use common::{assert_exit, bin_on, synth, vllm_models};
-use optimizer::model::gguf_builder::LlamaShape;
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 /// `optimizer --inventory INVENTORY resolve -m MODEL ARGS...`.
 fn resolve(inventory: &str, model: &Path, args: &[&str]) -> Output {

@@ -316,7 +316,7 @@ fn per_layer_kv_heads_and_transposed_v_follow_the_engine() {
 
 #[test]
 fn mla_caches_hold_the_latent_k_only() {
-    use optimizer::model::gguf_builder::{GgufBuilder, write_sparse};
+    use optimizer_testkit::gguf_builder::{GgufBuilder, write_sparse};
     // DeepSeek-V2-Lite-shaped MLA: one latent KV head of 512 + 64 (kv_lora_rank + rope), 27 layers.
     let mut b = GgufBuilder::new();
     b.kv_str("general.architecture", "deepseek2")
@@ -397,7 +397,7 @@ fn pipeline_parallelism_needs_every_layer_on_two_or_more_gpus() {
 
 /// A two-layer Llama with tied embeddings (no `output.weight`), every matrix in Q4_0 (`llama-quantize --pure`).
 fn tied_q4_0(dir: &Path) -> optimizer::model::ModelSpec {
-    use optimizer::model::gguf_builder::GgufBuilder;
+    use optimizer_testkit::gguf_builder::GgufBuilder;
     const Q4_0: u32 = 2;
     let mut b = GgufBuilder::new();
     b.kv_str("general.architecture", "llama")

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use optimizer::model::gguf_builder::LlamaShape;
+use optimizer_testkit::gguf_builder::LlamaShape;
 use serde_json::Value;
 
 fn json(args: &[&str], model: &std::path::Path) -> Value {

@@ -15,8 +15,8 @@ use optimizer::model::gguf::{
     MAX_KEY_HEAP, MAX_KEY_LEN, MAX_KV, MAX_MATERIALIZED_ARRAY, MAX_METADATA_HEAP, MAX_STRING_LEN,
     MAX_TENSOR_NAME, MAX_TENSORS, load, load_bytes, parse_header, parse_header_bytes, split_name,
 };
-use optimizer::model::gguf_builder::{GgufBuilder, TensorRecord, value_type as vt};
 use optimizer::model::{Defect, Dtype, GgmlType, MetaValue, ModelError, ModelSpec, TypeReading};
+use optimizer_testkit::gguf_builder::{GgufBuilder, TensorRecord, value_type as vt};
 
 // ggml type ids used below.
 const F32: u32 = 0;

@@ -10,11 +10,11 @@ use common::{inventory, profiles, synth};
 
 use optimizer::evidence::Evidence;
 use optimizer::fleet;
-use optimizer::model::gguf_builder::LlamaShape;
 use optimizer::plan::{self, Overrides};
 use optimizer::profile::Objective;
 use optimizer::runtime::llama_cpp::LlamaCpp;
 use optimizer::runtime::{Request, Runtime, Size};
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 #[test]
 fn the_ladder_search_finds_the_exhaustive_optimum() {

@@ -20,11 +20,11 @@ use std::path::PathBuf;
 use optimizer::evidence::Evidence;
 use optimizer::hardware::{self, Inventory};
 use optimizer::memory::llama_cpp::{self, FlashAttn, Machine, Params};
-use optimizer::model::gguf_builder::LlamaShape;
 use optimizer::model::{self, ModelSpec};
 use optimizer::perf::{self, Shape};
 use optimizer::plan::Overrides;
 use optimizer::profile::{Phase, ProfileSet, ReserveTarget, RuntimeId};
+use optimizer_testkit::gguf_builder::LlamaShape;
 use serde_json::Value;
 
 /// Goal of issue 8 for the uncalibrated model: every held-out row within 35 %.

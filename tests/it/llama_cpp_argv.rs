@@ -12,8 +12,8 @@ use common::{profiles, synth};
 use std::process::Command;
 
 use optimizer::hardware;
-use optimizer::model::gguf_builder::LlamaShape;
 use optimizer::plan::Overrides;
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 #[test]
 #[ignore = "needs LLAMA_FIT_PARAMS: a build of the pinned llama.cpp (tests/fixtures/llama-cpp/README.md)"]

@@ -3,8 +3,8 @@
 
 use crate::common;
 
-use optimizer::model::gguf_builder::LlamaShape;
 use optimizer::runtime::llama_cpp::quantize::QUANTS;
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 #[test]
 fn a_plan_over_by_less_than_its_weights_names_the_quantization_that_fits() {

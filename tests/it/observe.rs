@@ -8,7 +8,7 @@ use common::{assert_exit, bin, fixture, synth};
 
 use optimizer::emit::{Deployment, Source};
 use optimizer::evidence::Basis;
-use optimizer::model::gguf_builder::LlamaShape;
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 fn resolve(
     db: &std::path::Path,

@@ -8,8 +8,8 @@
 use std::sync::Mutex;
 
 use optimizer::model::gguf::{self, MAX_INLINE_STRING, MAX_MATERIALIZED_ARRAY, MAX_TENSORS};
-use optimizer::model::gguf_builder::{GgufBuilder, LlamaShape, synthetic_llama, value_type};
 use optimizer::model::{Defect, MetaValue};
+use optimizer_testkit::gguf_builder::{GgufBuilder, LlamaShape, synthetic_llama, value_type};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -8,8 +8,8 @@ use common::{bin, fixture, inventory, profiles, synth};
 use optimizer::emit::{Deployment, SlaStatus, Source, Status, Strategy};
 use optimizer::hardware::Inventory;
 use optimizer::model::ModelSpec;
-use optimizer::model::gguf_builder::LlamaShape;
 use optimizer::plan::{self, Overrides, PlanError};
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 fn inline(yaml: &str) -> Inventory {
     serde_yaml_ng::from_str(yaml).unwrap()
@@ -775,7 +775,7 @@ fn a_cluster_of_identical_nodes_plans_one_replica_per_node() {
 /// interfaces under the model's name.
 #[test]
 fn an_embedding_plan_pools_as_the_model_says_or_by_the_mean() {
-    use optimizer::model::gguf_builder::{synthetic_llama, write_sparse};
+    use optimizer_testkit::gguf_builder::{synthetic_llama, write_sparse};
     let dir = tempfile::tempdir().unwrap();
     let (_, plain) = synth(dir.path(), "plain.gguf", LlamaShape::LLAMA3_8B);
     let cls_path = dir.path().join("cls.gguf");

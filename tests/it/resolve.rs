@@ -18,10 +18,10 @@ use std::path::Path;
 use optimizer::emit::{Deployment, Status, Strategy};
 use optimizer::hardware::{Cpu, Gpu, GpuVendor, Inventory, Memory};
 use optimizer::memory::llama_cpp::{self, FlashAttn, GpuTarget, Machine, Params};
-use optimizer::model::gguf_builder::LlamaShape;
 use optimizer::model::{GgmlType, ModelSpec};
 use optimizer::plan::Overrides;
 use optimizer::profile::ProfileSet;
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 /// The planner's document with no pinned values.
 fn plan_for(
@@ -560,7 +560,7 @@ fn command_exit_codes_files_and_explanations() {
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty());
 

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::vllm_models;
-use optimizer::model::gguf_builder::LlamaShape;
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 fn resolve_into(args: &[&str], model: &std::path::Path, out: &std::path::Path) -> i32 {
     let mut dir = out.as_os_str().to_owned();

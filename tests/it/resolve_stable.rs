@@ -4,7 +4,7 @@
 use crate::common;
 
 use optimizer::app::{STABLE_FREE_GRANULARITY, stabilize};
-use optimizer::model::gguf_builder::LlamaShape;
+use optimizer_testkit::gguf_builder::LlamaShape;
 
 fn doc(args: &[&str], model: &std::path::Path, out: Option<&std::path::Path>) -> serde_json::Value {
     let mut c = common::bin();

@@ -51,12 +51,12 @@ fn emitted_documents_validate_against_the_published_deployment_schema() {
     let (m8, _) = common::synth(
         dir.path(),
         "m8.gguf",
-        optimizer::model::gguf_builder::LlamaShape::LLAMA3_8B,
+        optimizer_testkit::gguf_builder::LlamaShape::LLAMA3_8B,
     );
     let (m70, _) = common::synth(
         dir.path(),
         "m70.gguf",
-        optimizer::model::gguf_builder::LlamaShape::LLAMA3_70B,
+        optimizer_testkit::gguf_builder::LlamaShape::LLAMA3_70B,
     );
     let schema: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("schemas/deployment.schema.json")).unwrap(),

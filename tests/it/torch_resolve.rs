@@ -254,7 +254,7 @@ fn serving_workloads_are_refused_by_torch_and_training_of_a_gguf_is_refused() {
     let (gguf, _) = common::synth(
         tmp.path(),
         "m.gguf",
-        optimizer::model::gguf_builder::LlamaShape::LLAMA3_8B,
+        optimizer_testkit::gguf_builder::LlamaShape::LLAMA3_8B,
     );
     let o = common::bin_on("cpu-server.yaml")
         .args([

@@ -12,7 +12,6 @@
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;
-pub mod gguf_builder;
 pub mod hf_config;
 pub mod safetensors;
 mod source;

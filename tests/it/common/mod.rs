@@ -17,12 +17,12 @@ use optimizer::emit::{Artifact, Deployment, LlamaCppSettings};
 use optimizer::evidence::Evidence;
 use optimizer::hardware::{self, Inventory};
 use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, Params};
-use optimizer::model::gguf_builder::{
-    GgufBuilder, LlamaShape, synthetic_llama, value_type as vt, write_sparse,
-};
 use optimizer::model::{self, GgmlType, ModelSpec, TypeReading};
 use optimizer::plan::{self, Inputs, Overrides, PlanError};
 use optimizer::profile::{self, ProfileSet, WorkloadProfile};
+use optimizer_testkit::gguf_builder::{
+    GgufBuilder, LlamaShape, synthetic_llama, value_type as vt, write_sparse,
+};
 use serde_json::Value;
 
 /// The repository root.

@@ -485,7 +485,7 @@ fn model_alias(model: &ModelSpec, model_path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::model_alias;
-    use optimizer_model::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
+    use optimizer_testkit::gguf_builder::{LlamaShape, synthetic_llama, write_sparse};
 
     #[test]
     fn the_alias_is_the_gguf_name_else_the_file_stem_without_its_split_suffix() {

@@ -3,7 +3,7 @@
 //! `gguf` Python package instead (tests/fixtures/generate.py); this builder exists to write what that package
 //! refuses to write (bad offsets, unknown types, hostile counts) and to build large headers at bench time.
 
-pub use super::gguf::value_type;
+pub use optimizer_model::gguf::value_type;
 
 /// One tensor-info record to write.
 #[derive(Debug, Clone)]
