@@ -24,7 +24,10 @@ fn workspace_deps(manifest: &Path) -> BTreeSet<String> {
             section = line.to_string();
             continue;
         }
-        let plain = section == "[dependencies]" || section.ends_with(".dependencies]");
+        // `[dependencies]` and `[target.'cfg(..)'.dependencies]`; not `[workspace.dependencies]` (the versions
+        // every member may use) nor build or dev dependencies.
+        let plain = section == "[dependencies]"
+            || (section.starts_with("[target.") && section.ends_with(".dependencies]"));
         let dev_or_build =
             section.contains("dev-dependencies") || section.contains("build-dependencies");
         if plain && !dev_or_build && line.starts_with("optimizer-") {

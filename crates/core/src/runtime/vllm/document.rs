@@ -1,0 +1,290 @@
+//! vLLM's settings and plan document: the `vllm serve` settings of a candidate and the description of the
+//! chosen plan with the provenance of every setting, its topology, launch artifacts and warnings.
+
+use crate::emit::{Provenance, Settings, Source, Stage, Topology, VllmSettings};
+use crate::fleet::PCIE3_X16_BYTES_PER_S;
+use crate::runtime::{Candidate, Described};
+use optimizer_memory::vllm::{self as mem, KvCacheDtype};
+use std::collections::BTreeMap;
+
+use super::choose::{attention_backend, utilization};
+use super::{EAGER_LAUNCH_PER_LAYER_S, PlanMemory, Point, Vllm, dtype_name, launch};
+
+impl Vllm<'_> {
+    pub(super) fn settings(&self, c: &Candidate<Point>) -> (VllmSettings, PlanMemory) {
+        let p = &c.point;
+        let m = self
+            .memory(p, c.size)
+            .expect("a candidate's memory was evaluated before");
+        let torch_bytes = m
+            .non_kv
+            .saturating_sub(m.nk.non_torch_bytes)
+            .saturating_add(m.kv_alloc);
+        let util = utilization(torch_bytes, m.cap, m.nk.non_torch_bytes, m.total);
+        let kv_name = match p.kv {
+            KvCacheDtype::Auto => "auto",
+            KvCacheDtype::Fp8 => "fp8",
+        };
+        (
+            VllmSettings {
+                tensor_parallel_size: p.tp,
+                replicas_per_node: p.replicas,
+                dtype: dtype_name(self.dtype).into(),
+                quantization: self.quantization.as_ref().map(|q| q.0.clone()),
+                kv_cache_dtype: kv_name.into(),
+                block_size: mem::DEFAULT_BLOCK_SIZE,
+                max_model_len: c.size,
+                max_num_seqs: p.max_num_seqs,
+                max_num_batched_tokens: self.max_num_batched_tokens.max(p.max_num_seqs),
+                gpu_memory_utilization: util,
+                kv_cache_memory_bytes: m.kv_alloc,
+                kv_cache_blocks: m.capacity.num_blocks,
+                kv_cache_tokens: m.capacity.tokens,
+                max_concurrency: crate::emit::round3(m.capacity.max_concurrency),
+                enforce_eager: p.enforce_eager,
+                attention_backend: attention_backend(
+                    self.req.model,
+                    self.gpus[p.gpus[0]].compute_capability,
+                    p.kv,
+                )
+                .into(),
+            },
+            m,
+        )
+    }
+
+    pub(super) fn describe_chosen(&self, c: &Candidate<Point>) -> Described {
+        let p = &c.point;
+        let w = self.workload();
+        let fleet = self.req.fleet;
+        let (settings, m) = self.settings(c);
+        let mut prov: BTreeMap<String, Provenance> = BTreeMap::new();
+        let mut put = |k: &str, source: Source, detail: String| {
+            prov.insert(k.to_string(), Provenance { source, detail });
+        };
+        let ov = self.req.overrides;
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        put(
+            "settings.tensor_parallel_size",
+            if ov.tensor_parallel.is_some() {
+                Source::User
+            } else {
+                Source::Computed
+            },
+            format!(
+                "{}; the smallest size whose weights ({:.2} GiB per GPU: {:.2} GiB split over the ranks, {:.2} GiB replicated on each) and KV cache fit, by the vLLM {} memory model",
+                self.tp_why,
+                gib(m.nk.weights.per_rank_bytes),
+                gib(m.nk.weights.sharded_bytes),
+                gib(m.nk.weights.replicated_bytes),
+                mem::VERSION
+            ),
+        );
+        put(
+            "settings.replicas_per_node",
+            Source::Computed,
+            if p.replicas > 1 {
+                format!(
+                    "throughput workload {}: the node's {} GPUs run {} replicas of tensor parallel {} (no communication between them) and share its {} sequences",
+                    w.id,
+                    self.gpus.len(),
+                    p.replicas,
+                    p.tp,
+                    self.concurrency
+                )
+            } else {
+                format!(
+                    "one replica for a {:?} workload; the node's other GPUs stay free",
+                    self.req.objective
+                )
+            },
+        );
+        put("settings.dtype", Source::Rule, self.dtype_why.clone());
+        if let Some((_, why)) = &self.quantization {
+            put("settings.quantization", Source::Computed, why.clone());
+        }
+        let per_seq = crate::runtime::context_provenance(ov, w, self.n_ctx_train, "vLLM");
+        put("settings.max_model_len", per_seq.0, per_seq.1);
+        put(
+            "settings.max_num_seqs",
+            if ov.parallel.is_some() {
+                Source::User
+            } else {
+                Source::Profile
+            },
+            format!(
+                "workload {} concurrency {}{}",
+                w.id,
+                self.concurrency,
+                if p.replicas > 1 {
+                    format!(" over {} replicas", p.replicas)
+                } else {
+                    String::new()
+                }
+            ),
+        );
+        put(
+            "settings.max_num_batched_tokens",
+            Source::Rule,
+            self.batched_why.clone(),
+        );
+        put(
+            "settings.kv_cache_memory_bytes",
+            Source::Computed,
+            format!(
+                "every byte left per GPU: {:.2} GiB free - {:.2} GiB margin - {:.2} GiB weights - {:.2} GiB non-torch - {:.2} GiB sampler buffers ({} sequence slots) - {:.2} GiB profiling peak ({} sampler) - {:.2} GiB CUDA graphs, in whole blocks of {} bytes; the workload needs {:.2} GiB ({} sequences of {} tokens)",
+                gib(m.cap),
+                gib(m.reserve),
+                gib(m.nk.weights.per_rank_bytes),
+                gib(m.nk.non_torch_bytes),
+                gib(m.nk.runner_buffers_bytes),
+                p.max_num_seqs,
+                gib(m.nk.activation_peak_bytes),
+                m.nk.sampler.name(),
+                gib(m.nk.cuda_graph_bytes),
+                m.kv.page_bytes,
+                gib(m.kv.min_bytes.saturating_mul(u64::from(p.max_num_seqs))),
+                p.max_num_seqs,
+                c.size
+            ),
+        );
+        put(
+            "settings.kv_cache_tokens",
+            Source::Computed,
+            format!(
+                "{} blocks x {} tokens (vllm/v1/core/kv_cache_utils.py get_num_blocks: bytes // page size of all layers)",
+                m.capacity.num_blocks,
+                mem::DEFAULT_BLOCK_SIZE
+            ),
+        );
+        put(
+            "settings.gpu_memory_utilization",
+            Source::Computed,
+            format!(
+                "the plan's {:.2} GiB per GPU over its {:.2} GiB total, rounded up to 0.01 and at most the free share: vLLM checks at start-up that this share is free (vllm/v1/worker/utils.py request_memory) and, given --kv-cache-memory-bytes, sizes nothing else by it",
+                gib(m.non_kv.saturating_add(m.kv_alloc)),
+                gib(m.total)
+            ),
+        );
+        put(
+            "settings.enforce_eager",
+            Source::Computed,
+            if p.enforce_eager {
+                format!(
+                    "CUDA graphs ({:.2} GiB) do not fit beside the KV cache the workload needs; eager mode launches each kernel from Python, about {:.1} ms more per decode step (heuristic: {} µs per block)",
+                    gib(self
+                        .memory(
+                            &Point {
+                                enforce_eager: false,
+                                ..p.clone()
+                            },
+                            c.size
+                        )
+                        .map_or(0, |m| m.nk.cuda_graph_bytes)),
+                    EAGER_LAUNCH_PER_LAYER_S * f64::from(self.n_layer) * 1e3,
+                    EAGER_LAUNCH_PER_LAYER_S * 1e6
+                )
+            } else {
+                "CUDA graphs fit and make decode faster (vLLM's default)".into()
+            },
+        );
+        put(
+            "settings.attention_backend",
+            Source::Rule,
+            "vLLM 0.33's first CUDA backend for this compute capability and KV type (vllm/platforms/cuda.py _get_backend_priorities); vLLM selects it itself, so it is not pinned".into(),
+        );
+        put(
+            "settings.block_size",
+            Source::Rule,
+            "vLLM's default KV block size on CUDA".into(),
+        );
+        for (k, why) in &self.kv_types {
+            if *k == p.kv {
+                put(
+                    "settings.kv_cache_dtype.allowed",
+                    Source::Profile,
+                    why.clone(),
+                );
+            }
+        }
+        let gpu_ids: Vec<String> = p
+            .gpus
+            .iter()
+            .map(|&i| self.gpus[i].id.to_string())
+            .collect();
+        let stages: Vec<Stage> = gpu_ids
+            .iter()
+            .map(|d| Stage {
+                device: d.clone(),
+                layers: Some([0, self.n_layer - 1]),
+                output_layer: true,
+            })
+            .collect();
+        let link = if p.tp > 1 {
+            let g = self.gpus[p.gpus[0]];
+            match (g.nvlink_bytes_per_s, g.link_bytes_per_s) {
+                (Some(b), _) => format!("NVLink, {:.0} GB/s per direction", b / 1e9),
+                (None, Some(b)) => format!("PCIe, {:.1} GB/s per direction", b / 1e9),
+                (None, None) => format!(
+                    "PCIe (assumed 3.0 x16, {:.2} GB/s)",
+                    PCIE3_X16_BYTES_PER_S / 1e9
+                ),
+            }
+        } else {
+            String::new()
+        };
+        put(
+            "topology",
+            Source::Computed,
+            format!(
+                "{} replica(s) of one vllm serve process per node{}; every layer is split over the tensor-parallel group{}",
+                p.replicas,
+                if fleet.nodes > 1 {
+                    format!(" on each of {} nodes", fleet.nodes)
+                } else {
+                    String::new()
+                },
+                if p.tp > 1 {
+                    format!(", with two all-reduces per layer over {link}")
+                } else {
+                    String::new()
+                }
+            ),
+        );
+        let topology = Topology {
+            nodes: fleet.nodes,
+            data_parallel: fleet.nodes.saturating_mul(p.replicas),
+            tensor_parallel: p.tp,
+            pipeline_parallel: 1,
+            stages,
+        };
+        let model_dir = launch::model_dir(self.req.model, self.req.model_path);
+        let all_gpus: Vec<crate::fleet::DeviceId> = (0..(p.tp * p.replicas) as usize)
+            .filter(|&i| i < self.gpus.len())
+            .map(|i| self.gpus[i].id)
+            .collect();
+        let host_threads = fleet.host.usable_cores();
+        let gpu_names: Vec<&str> = (0..all_gpus.len())
+            .map(|i| self.gpus[i].name.as_str())
+            .collect();
+        let launch = launch::artifacts(
+            &model_dir,
+            &settings,
+            &all_gpus,
+            &gpu_names,
+            host_threads,
+            self.req.overrides.image.as_deref(),
+        );
+        let mut warnings = self.warnings.clone();
+        warnings.extend(c.eval.notes.iter().cloned());
+        Described {
+            settings: Settings::Vllm(settings),
+            topology,
+            devices: gpu_ids,
+            launch,
+            provenance: prov,
+            warnings,
+            training: None,
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! vLLM's candidate space and search: the ladders of tensor-parallel size × KV cache dtype × CUDA graphs,
+//! the evaluation of one point at one `--max-model-len`, and the suggestions when nothing fits.
+
+use crate::emit::{MemoryComponents, MemoryDevice, Settings};
+use crate::perf::{self, Shape};
+use crate::runtime::{Candidate, Described, Eval, Runtime, RuntimeId, Size};
+use optimizer_memory::vllm::{self as mem, KvCacheDtype};
+
+use super::{EAGER_LAUNCH_PER_LAYER_S, Point, Vllm};
+
+impl Runtime for Vllm<'_> {
+    type Point = Point;
+
+    fn id(&self) -> RuntimeId {
+        RuntimeId::Vllm
+    }
+
+    fn engine(&self) -> (&'static str, &'static str) {
+        ("vllm", mem::VERSION)
+    }
+
+    fn ladders(&self) -> Vec<Vec<Point>> {
+        let mut out = Vec::new();
+        for eager in [false, true] {
+            for (kv, _) in &self.kv_types {
+                let ladder: Vec<Point> = self
+                    .tp_sizes
+                    .iter()
+                    .map(|&tp| {
+                        let (replicas, seqs) = self.replicas(tp);
+                        Point {
+                            tp,
+                            gpus: (0..tp as usize).collect(),
+                            replicas,
+                            kv: *kv,
+                            max_num_seqs: seqs,
+                            enforce_eager: eager,
+                        }
+                    })
+                    .collect();
+                if !ladder.is_empty() {
+                    out.push(ladder);
+                }
+            }
+        }
+        out
+    }
+
+    fn size(&self) -> Size {
+        crate::runtime::context_size(
+            self.req.overrides,
+            self.workload(),
+            self.n_ctx_train,
+            mem::DEFAULT_BLOCK_SIZE,
+        )
+    }
+
+    fn evaluate(&self, p: &Point, len: u32) -> Result<Eval, String> {
+        let m = self.memory(p, len)?;
+        let w = self.workload();
+        let mut memory = Vec::with_capacity(p.gpus.len());
+        for &i in &p.gpus {
+            let g = self.gpus[i];
+            let components = MemoryComponents {
+                weights_bytes: m.nk.weights.per_rank_bytes,
+                kv_cache_bytes: m.kv_alloc,
+                compute_bytes: m
+                    .nk
+                    .activation_peak_bytes
+                    .saturating_add(m.nk.runner_buffers_bytes),
+                overhead_bytes: m.nk.non_torch_bytes,
+                cuda_graphs_bytes: m.nk.cuda_graph_bytes,
+                ..MemoryComponents::default()
+            };
+            let total = m.non_kv.saturating_add(m.kv_alloc);
+            memory.push(MemoryDevice {
+                device: g.id.to_string(),
+                components,
+                total_bytes: total,
+                capacity_bytes: g.capacity_bytes,
+                reserve_bytes: m.reserve,
+            });
+        }
+        let per_gpu = m.non_kv.saturating_add(m.kv_alloc);
+        let total_bytes = per_gpu
+            .saturating_mul(u64::from(p.tp))
+            .saturating_mul(u64::from(p.replicas));
+        let load = self.load(p, &m);
+        let gperf = self.gpus[p.gpus[0]].perf();
+        let shape = Shape {
+            prompt_tokens: w.prompt_tokens,
+            generation_tokens: w.generation_tokens,
+            concurrency: u64::from(p.max_num_seqs),
+            ubatch: u64::from(self.max_num_batched_tokens.max(p.max_num_seqs)),
+        };
+        let pairs = [(gperf.clone(), load.clone())];
+        let mut pred = perf::predict(&pairs, shape);
+        // Tensor-parallel all-reduces and eager kernel launches add to every step.
+        let n = p.max_num_seqs.max(1) as f64;
+        let mut step = pred.time_per_output_token_ms / 1e3 + self.comm_seconds(p, n);
+        if p.enforce_eager {
+            step += EAGER_LAUNCH_PER_LAYER_S * f64::from(self.n_layer);
+        }
+        let prompt = w.prompt_tokens.max(1) as f64;
+        let prefill_s = prompt / pred.prefill_tokens_per_s.max(f64::MIN_POSITIVE)
+            + self.comm_seconds(p, prompt);
+        pred.time_per_output_token_ms = step * 1e3;
+        pred.decode_tokens_per_s = n / step * f64::from(p.replicas);
+        pred.prefill_tokens_per_s = prompt / prefill_s * f64::from(p.replicas);
+        pred.time_to_first_token_ms = (prefill_s + step) * 1e3;
+        let knee = perf::decode_knee(&gperf, &load);
+        let mut notes = Vec::new();
+        if m.overflow == 0 && m.capacity.tokens < u64::from(len) {
+            notes.push(format!(
+                "the KV cache holds {} tokens, fewer than --max-model-len {len}: vLLM would refuse to start",
+                m.capacity.tokens
+            ));
+        }
+        Ok(Eval {
+            memory,
+            total_bytes,
+            overflow: m.overflow,
+            ladder_overflow: m.overflow,
+            prediction: pred,
+            knee,
+            notes,
+        })
+    }
+
+    fn follow_up(&self, _ladder: &[Point], _p: &Point, _e: &Eval) -> Option<Vec<Point>> {
+        None
+    }
+
+    fn variant(&self, p: &Point) -> String {
+        match p.kv {
+            KvCacheDtype::Auto => "auto".into(),
+            KvCacheDtype::Fp8 => "fp8".into(),
+        }
+    }
+
+    fn measured_here(&self, p: &Point, t: &crate::evidence::ThroughputPoint) -> bool {
+        // A measured vLLM throughput names its devices; the planner checks those, the sequences and that the
+        // row spanned as many GPUs as the plan uses, and here the tensor-parallel size it ran at (a row that does
+        // not say ran one GPU). A plan with data-parallel replicas uses more GPUs than one replica's row spans,
+        // so a per-replica rate never stands for its total.
+        t.tensor_parallel.unwrap_or(1) == p.tp && t.gpu_layers.is_none()
+    }
+
+    fn sequences(&self, p: &Point) -> u32 {
+        p.max_num_seqs
+    }
+
+    fn preferred_variant(&self) -> String {
+        match self.kv_types[0].0 {
+            KvCacheDtype::Auto => "auto".into(),
+            KvCacheDtype::Fp8 => "fp8".into(),
+        }
+    }
+
+    fn variant_key(&self) -> &'static str {
+        "settings.kv_cache_dtype"
+    }
+
+    fn min_gain(&self, variant: &str) -> Option<(f64, String)> {
+        let r = self.req.profiles.kv_cache(RuntimeId::Vllm, variant)?;
+        Some((r.min_gain?, r.id.clone()))
+    }
+
+    fn group(&self, p: &Point) -> (u8, usize) {
+        (u8::from(p.enforce_eager), p.tp as usize)
+    }
+
+    fn summary(&self, c: &Candidate<Point>) -> (Settings, Vec<String>) {
+        let (s, _) = self.settings(c);
+        (
+            Settings::Vllm(s),
+            c.point
+                .gpus
+                .iter()
+                .map(|&i| self.gpus[i].id.to_string())
+                .collect(),
+        )
+    }
+
+    fn label(&self, c: &Candidate<Point>) -> String {
+        format!(
+            "tensor parallel {}, KV {}, --max-model-len {} x {} sequences{}",
+            c.point.tp,
+            self.variant(&c.point),
+            c.size,
+            c.point.max_num_seqs,
+            if c.point.enforce_eager { ", eager" } else { "" }
+        )
+    }
+
+    fn describe(&self, c: &Candidate<Point>) -> Described {
+        self.describe_chosen(c)
+    }
+
+    fn suggestions(&self, near: &Candidate<Point>, _all: &[Candidate<Point>]) -> Vec<String> {
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        let mut s = vec![format!(
+            "the nearest configuration ({}) needs {:.2} GiB more on each of its GPUs",
+            self.label(near),
+            gib(near.eval.overflow)
+        )];
+        let Ok(m) = self.memory(&near.point, near.size) else {
+            return s;
+        };
+        let per_seq = m.kv.min_bytes;
+        if per_seq > 0 && near.eval.overflow > 0 {
+            let room = m.cap.saturating_sub(m.reserve).saturating_sub(m.non_kv);
+            let seqs_fit = room / per_seq;
+            if seqs_fit >= 1 && near.point.max_num_seqs > 1 {
+                s.push(format!(
+                    "fewer sequences: --parallel {seqs_fit} at --max-model-len {} fits the KV cache left after the weights",
+                    near.size
+                ));
+            }
+            let tokens_fit = (room as f64 / per_seq as f64 * f64::from(near.size)
+                / f64::from(near.point.max_num_seqs.max(1))) as u64;
+            let shorter = tokens_fit / u64::from(mem::DEFAULT_BLOCK_SIZE)
+                * u64::from(mem::DEFAULT_BLOCK_SIZE);
+            if shorter >= u64::from(mem::DEFAULT_BLOCK_SIZE) {
+                s.push(format!(
+                    "a shorter context: about -c {shorter} tokens per sequence"
+                ));
+            }
+        }
+        if !self.tp_sizes.iter().any(|&t| t > near.point.tp) {
+            s.push(format!(
+                "more GPUs: its weights take {:.2} GiB per GPU at tensor parallel {}",
+                gib(m.nk.weights.per_rank_bytes),
+                near.point.tp
+            ));
+        }
+        if !self.kv_types.iter().any(|(k, _)| *k == KvCacheDtype::Fp8) {
+            s.push(format!(
+                "an fp8 KV cache halves it (GPUs of compute capability 8.9+; add q8_0 to workload {}'s kv_cache preferences)",
+                self.workload().id
+            ));
+        }
+        s.push(format!(
+            "a quantized checkpoint (AWQ, GPTQ, FP8) of this model: its weights take {:.2} GiB",
+            gib(self.req.model.tensor_bytes())
+        ));
+        s
+    }
+}
