@@ -55,10 +55,10 @@ fn main() {
     collect(&profiles, &mut files);
     files.sort();
     let mut code = String::from(
-        "/// Profiles embedded at build time: (path relative to `profiles/`, contents).\npub static EMBEDDED: &[(&str, &str)] = &[\n",
+        "/// Profiles embedded at build time: (path relative to `profiles/`, contents).\npub(crate) static EMBEDDED: &[(&str, &str)] = &[\n",
     );
     let mut json = String::from(
-        "/// `EMBEDDED`, each file as JSON (same order), converted from YAML by build.rs.\npub static EMBEDDED_JSON: &[&str] = &[\n",
+        "/// `EMBEDDED`, each file as JSON (same order), converted from YAML by build.rs.\npub(crate) static EMBEDDED_JSON: &[&str] = &[\n",
     );
     for f in &files {
         // Every directory is watched so an added or removed file triggers a rebuild.

@@ -13,7 +13,7 @@ use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::calibrate::server::{self, Config, Endpoint, Timeouts};
 
 #[derive(Debug, Args)]
-pub struct RawBench {
+pub(super) struct RawBench {
     /// The server's base URL, plain http: http://HOST:PORT (a trailing /v1 is accepted).
     #[arg(long)]
     url: String,
@@ -58,13 +58,13 @@ pub struct RawBench {
 
 /// Validated settings.
 #[derive(Debug)]
-pub struct Settings {
+pub(super) struct Settings {
     config: Config,
     deployment: Option<PathBuf>,
     format: OutputFormat,
 }
 
-pub fn settle(raw: RawBench) -> Result<Settings, Failure> {
+pub(super) fn settle(raw: RawBench) -> Result<Settings, Failure> {
     let endpoint = Endpoint::parse(&raw.url).map_err(crate::app::bench_failure)?;
     if raw.format == OutputFormat::Yaml {
         return Err(Failure::new(
@@ -99,7 +99,7 @@ pub fn settle(raw: RawBench) -> Result<Settings, Failure> {
     })
 }
 
-pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     let progress = |line: &str| {
         let _ = writeln!(std::io::stderr().lock(), "bench: {line}");
     };

@@ -10,7 +10,7 @@ use crate::app::{CalibrateRequest, Calibrated};
 use crate::calibrate::cpu::{Machine, STOP};
 
 #[derive(Debug, clap::Args)]
-pub struct RawCalibrate {
+pub(super) struct RawCalibrate {
     /// Micro-benchmarks: one thread and all cores, 3 short repetitions per figure (under a minute on 2 cores).
     /// With --runner: short engine tests (a 64-token prompt, 16 generated tokens, 2 repetitions).
     #[arg(long)]
@@ -54,14 +54,14 @@ pub struct RawCalibrate {
 
 /// What `calibrate` runs.
 #[derive(Debug)]
-pub enum Mode {
+pub(super) enum Mode {
     /// The CPU micro-benchmarks.
     Micro(CalibrateRequest, OutputFormat),
     /// An engine's benchmark over a sweep (`--runner`).
     Runner(RunnerArgs),
 }
 
-pub fn settle(raw: RawCalibrate) -> Mode {
+pub(super) fn settle(raw: RawCalibrate) -> Mode {
     match (raw.runner, raw.model) {
         (Some(runner), Some(model)) => Mode::Runner(RunnerArgs {
             runner,
@@ -159,7 +159,7 @@ fn table(c: &Calibrated) -> String {
     t
 }
 
-pub fn run(common: &Common, mode: &Mode) -> Result<(), Failure> {
+pub(super) fn run(common: &Common, mode: &Mode) -> Result<(), Failure> {
     match mode {
         Mode::Micro(req, format) => micro(common, req, *format),
         Mode::Runner(args) => super::calibrate_runner::run(args, common),

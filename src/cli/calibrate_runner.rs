@@ -13,13 +13,13 @@ use crate::calibrate::runner::{self, BenchResult, RunnerError, StoreSink, Summar
 
 /// Engines a sweep can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Runner {
+pub(super) enum Runner {
     LlamaBench,
 }
 
 /// The sweep's settings (`calibrate --runner` fills them from its flags).
 #[derive(Debug, Args)]
-pub struct RunnerArgs {
+pub(super) struct RunnerArgs {
     /// The engine benchmark to run.
     #[arg(long, value_enum)]
     pub runner: Runner,
@@ -59,7 +59,7 @@ fn usage(m: String) -> Failure {
 }
 
 /// The sweep the flags describe; `cores` fills an empty `--threads`.
-pub fn sweep(args: &RunnerArgs, cores: u32) -> Result<Sweep, Failure> {
+pub(super) fn sweep(args: &RunnerArgs, cores: u32) -> Result<Sweep, Failure> {
     let flash_attn = args
         .flash_attn
         .iter()
@@ -121,7 +121,7 @@ fn program(args: &RunnerArgs) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("llama-bench"))
 }
 
-pub fn run(args: &RunnerArgs, common: &Common) -> Result<(), Failure> {
+pub(super) fn run(args: &RunnerArgs, common: &Common) -> Result<(), Failure> {
     let Runner::LlamaBench = args.runner;
     let spec = crate::model::load(&args.model)?;
     let set = common.profiles()?;

@@ -107,7 +107,7 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
 /// llama.cpp spells several short flags with more than one letter (`-ub`, `-ngl`); clap's short flags are one
 /// letter, so those tokens are rewritten to their long forms before parsing; a pasted llama-server line's flags
 /// that do not change memory are set aside for `estimate` to report ([`estimate_line`]).
-pub fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+pub(super) fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
     let args = estimate_line(args.collect());
     let args = args.into_iter();
     const MAP: &[(&str, &str)] = &[
@@ -139,7 +139,7 @@ pub fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 
 /// llama.cpp's `-lm/--load-mode` values (common/arg.cpp).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RawLoadMode {
+pub(super) enum RawLoadMode {
     Auto,
     None,
     Mmap,
@@ -150,14 +150,14 @@ pub enum RawLoadMode {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RawFlashAttn {
+pub(super) enum RawFlashAttn {
     On,
     Off,
     Auto,
 }
 
 #[derive(Debug, Args)]
-pub struct RawEstimate {
+pub(super) struct RawEstimate {
     /// The model (.gguf, any shard of a split model).
     #[arg(short = 'm', long)]
     model: PathBuf,
@@ -226,13 +226,13 @@ pub struct RawEstimate {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RawSweep {
+pub(super) enum RawSweep {
     Context,
     Parallel,
 }
 
 #[derive(Debug)]
-pub struct Settings {
+pub(super) struct Settings {
     model: PathBuf,
     params: Params,
     hardware: Option<(u32, String)>,
@@ -275,7 +275,7 @@ fn tensor_split(ts: &[f64]) -> Result<Vec<f64>, Failure> {
     Ok(ts.to_vec())
 }
 
-pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
+pub(super) fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
     let hardware = match raw.hardware {
         None => None,
         Some(h) => Some(super::parse_hardware(&h)?),
@@ -318,7 +318,7 @@ pub fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
     })
 }
 
-pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     let req = crate::app::EstimateRequest {
         model: s.model.clone(),
         params: s.params.clone(),

@@ -14,7 +14,7 @@ use crate::model::{
 };
 
 #[derive(Debug)]
-pub struct Settings {
+pub(super) struct Settings {
     pub model: PathBuf,
     pub format: OutputFormat,
     pub tensors: bool,
@@ -24,7 +24,7 @@ pub struct Settings {
 /// recognise them; a hyper-parameter that varies per layer is an array, as in GGUF, else an integer; absent
 /// values are `null`. Adding keys is compatible; renaming or retyping one is not.
 #[derive(Debug, Serialize)]
-pub struct Report<'a> {
+pub(super) struct Report<'a> {
     pub format: model::Format,
     pub gguf_version: Option<u32>,
     pub endianness: Option<&'static str>,
@@ -88,7 +88,7 @@ fn indices(flags: &[bool]) -> Option<Vec<u32>> {
 }
 
 impl<'a> Report<'a> {
-    pub fn new(m: &'a ModelSpec, with_tensors: bool) -> Self {
+    pub(super) fn new(m: &'a ModelSpec, with_tensors: bool) -> Self {
         let h = &m.hparams;
         Report {
             format: m.format,
@@ -142,7 +142,7 @@ impl<'a> Report<'a> {
     }
 }
 
-pub fn run(s: &Settings) -> Result<(), Failure> {
+pub(super) fn run(s: &Settings) -> Result<(), Failure> {
     let spec = model::load(&s.model)?;
     let text = match s.format {
         OutputFormat::Table => table(&spec, s.tensors),
@@ -152,7 +152,7 @@ pub fn run(s: &Settings) -> Result<(), Failure> {
 }
 
 /// `8030261248` → `8.03 B`, as llama.cpp prints parameter counts.
-pub fn human_count(n: u64) -> String {
+pub(super) fn human_count(n: u64) -> String {
     let v = n as f64;
     if v >= 1e9 {
         format!("{:.2} B", v / 1e9)

@@ -10,20 +10,20 @@ use crate::store::{Prune, Pruned};
 
 /// Largest `--older-than`: a century of days; the cutoff is computed from the clock with checked arithmetic,
 /// and no store holds measurements older than that.
-pub const MAX_OLDER_THAN_DAYS: u64 = 36_525;
+pub(super) const MAX_OLDER_THAN_DAYS: u64 = 36_525;
 
 /// Seconds in a day, for `--older-than`.
 const SECONDS_PER_DAY: u64 = 86_400;
 
 /// `show`'s formats: a record, not a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShowFormat {
+pub(super) enum ShowFormat {
     Yaml,
     Json,
 }
 
 #[derive(Debug, Args)]
-pub struct RawShow {
+pub(super) struct RawShow {
     /// A measurement row id (as `measurements list` shows it), or `run:ID` for a whole run.
     id: String,
     #[arg(long, value_enum, default_value_t = ShowFormat::Yaml)]
@@ -31,7 +31,7 @@ pub struct RawShow {
 }
 
 #[derive(Debug, Args)]
-pub struct RawPrune {
+pub(super) struct RawPrune {
     /// Runs still marked incomplete (interrupted: never used by plans).
     #[arg(long)]
     incomplete: bool,
@@ -53,19 +53,19 @@ pub struct RawPrune {
 
 /// What `show` looks up.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShowWhat {
+pub(super) enum ShowWhat {
     Row(i64),
     Run(i64),
 }
 
 #[derive(Debug)]
-pub struct ShowSettings {
+pub(super) struct ShowSettings {
     what: ShowWhat,
     format: ShowFormat,
 }
 
 #[derive(Debug)]
-pub struct PruneSettings {
+pub(super) struct PruneSettings {
     /// Selectors, the age still in days (the clock is read when the prune runs).
     incomplete: bool,
     older_than_days: Option<u64>,
@@ -80,7 +80,7 @@ fn usage(msg: String) -> Failure {
 }
 
 /// `17` or `run:17`.
-pub fn parse_id(id: &str) -> Option<ShowWhat> {
+pub(super) fn parse_id(id: &str) -> Option<ShowWhat> {
     let positive = |s: &str| s.parse::<i64>().ok().filter(|n| *n > 0);
     match id.strip_prefix("run:") {
         Some(r) => positive(r).map(ShowWhat::Run),
@@ -88,7 +88,7 @@ pub fn parse_id(id: &str) -> Option<ShowWhat> {
     }
 }
 
-pub fn settle_show(raw: RawShow) -> Result<ShowSettings, Failure> {
+pub(super) fn settle_show(raw: RawShow) -> Result<ShowSettings, Failure> {
     let what = parse_id(&raw.id).ok_or_else(|| {
         usage(format!(
             "measurements show {:?}: expected a row id (17) or run:ID (run:3)",
@@ -101,7 +101,7 @@ pub fn settle_show(raw: RawShow) -> Result<ShowSettings, Failure> {
     })
 }
 
-pub fn settle_prune(raw: RawPrune) -> Result<PruneSettings, Failure> {
+pub(super) fn settle_prune(raw: RawPrune) -> Result<PruneSettings, Failure> {
     if !raw.incomplete && raw.older_than.is_none() && raw.device.is_none() && raw.run.is_none() {
         return Err(
             usage("measurements prune needs at least one selector".into())
@@ -126,7 +126,7 @@ pub fn settle_prune(raw: RawPrune) -> Result<PruneSettings, Failure> {
     })
 }
 
-pub fn show(common: &Common, s: &ShowSettings) -> Result<(), Failure> {
+pub(super) fn show(common: &Common, s: &ShowSettings) -> Result<(), Failure> {
     let store = common.store()?;
     let format = match s.format {
         ShowFormat::Yaml => OutputFormat::Yaml,
@@ -152,7 +152,7 @@ pub fn show(common: &Common, s: &ShowSettings) -> Result<(), Failure> {
     write_stdout(&text)
 }
 
-pub fn prune(common: &Common, s: &PruneSettings) -> Result<(), Failure> {
+pub(super) fn prune(common: &Common, s: &PruneSettings) -> Result<(), Failure> {
     let started_before = match s.older_than_days {
         None => None,
         Some(days) => {

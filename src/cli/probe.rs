@@ -8,7 +8,7 @@ use crate::hardware::{Bound, Inventory};
 use crate::profile::matching::{MatchedBy, Resolution, resolve};
 use crate::profile::{ArchitectureRule, HardwareProfile, ProfileSet};
 
-pub fn run(common: &Common, format: OutputFormat) -> Result<(), Failure> {
+pub(super) fn run(common: &Common, format: OutputFormat) -> Result<(), Failure> {
     // Showing the machine is this command's job: a live probe here asks every library, the CUDA driver's SM
     // counts included, where planning commands skip what their plan does not need.
     let (inv, source) = match &common.inventory {
@@ -36,7 +36,7 @@ fn bound(b: Option<Bound>) -> &'static str {
 }
 
 /// One line per GPU saying which profile it resolves to and how.
-pub fn describe_match(gpu: &crate::hardware::Gpu, set: &ProfileSet) -> String {
+pub(super) fn describe_match(gpu: &crate::hardware::Gpu, set: &ProfileSet) -> String {
     let hw: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
     let archs: Vec<&ArchitectureRule> = set.architectures().collect();
     match resolve(gpu, &hw, &archs) {

@@ -9,9 +9,9 @@ use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::profile::{self, Origin, RuleTable};
 
 /// Every diagnostic on stderr, then a failure with exit code 4.
-pub use crate::app::invalid_profiles as invalid;
+pub(super) use crate::app::invalid_profiles as invalid;
 
-pub fn validate(common: &Common, paths: &[PathBuf]) -> Result<(), Failure> {
+pub(super) fn validate(common: &Common, paths: &[PathBuf]) -> Result<(), Failure> {
     let (files, mut diags) = if paths.is_empty() {
         let mut files = profile::builtin_files();
         let dirs: Vec<PathBuf> = common
@@ -63,7 +63,7 @@ pub fn validate(common: &Common, paths: &[PathBuf]) -> Result<(), Failure> {
 
 /// The kinds `profiles list --kind` selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ListKind {
+pub(super) enum ListKind {
     Hardware,
     Workloads,
     Rules,
@@ -198,7 +198,11 @@ fn overrides(r: &Listed) -> String {
 }
 
 /// `profiles list`: one section per kind, each with a header line and its key figures.
-pub fn list(common: &Common, kind: Option<ListKind>, format: OutputFormat) -> Result<(), Failure> {
+pub(super) fn list(
+    common: &Common,
+    kind: Option<ListKind>,
+    format: OutputFormat,
+) -> Result<(), Failure> {
     let set = common.profiles()?;
     let wanted = |k: ListKind| kind.is_none_or(|w| w == k);
     let mut hardware = Vec::new();
@@ -332,7 +336,7 @@ pub fn list(common: &Common, kind: Option<ListKind>, format: OutputFormat) -> Re
 
 /// `profiles show ID`: the id exactly as any kind, then a hardware profile or workload by its id in any case or
 /// its product name (`crate::profile::lookup`), then a rule table's id in any case; otherwise the nearest id.
-pub fn show(common: &Common, id: &str, format: OutputFormat) -> Result<(), Failure> {
+pub(super) fn show(common: &Common, id: &str, format: OutputFormat) -> Result<(), Failure> {
     use crate::profile::lookup::{self, LookupError};
     let set = common.profiles()?;
     let rule =

@@ -15,14 +15,14 @@ use crate::plan::Overrides;
 use crate::profile::Objective;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RawObjective {
+pub(super) enum RawObjective {
     Latency,
     Throughput,
     Balanced,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RawRuntime {
+pub(super) enum RawRuntime {
     #[value(name = "llama.cpp")]
     LlamaCpp,
     Vllm,
@@ -30,7 +30,7 @@ pub enum RawRuntime {
 }
 
 #[derive(Debug, Args)]
-pub struct RawResolve {
+pub(super) struct RawResolve {
     /// The model: a .gguf (any shard of a split model), or a safetensors checkpoint (its directory with
     /// config.json, its *.safetensors.index.json, or a single .safetensors file).
     #[arg(short = 'm', long)]
@@ -90,14 +90,14 @@ pub struct RawResolve {
 }
 
 #[derive(Debug)]
-pub struct Settings {
+pub(super) struct Settings {
     request: ResolveRequest,
     explain: bool,
     output: Option<PathBuf>,
     format: OutputFormat,
 }
 
-pub fn settle(raw: RawResolve) -> Result<Settings, Failure> {
+pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
     let hardware = match raw.hardware {
         None => None,
         Some(h) => Some(super::parse_hardware(&h)?),
@@ -597,7 +597,7 @@ fn table(d: &Deployment) -> String {
     o
 }
 
-pub fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     let doc = crate::app::resolve(common, &s.request)?;
     if s.explain {
         let _ = std::io::stderr().write_all(explain(&doc).as_bytes());

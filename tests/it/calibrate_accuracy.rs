@@ -44,7 +44,7 @@ fn inventory() -> Inventory {
 }
 
 /// The figures of a `calibrate --format json` output as the store returns them.
-pub fn figures(cal: &Value) -> Vec<CpuFigure> {
+pub(crate) fn figures(cal: &Value) -> Vec<CpuFigure> {
     cal["figures"]
         .as_array()
         .unwrap()

@@ -697,7 +697,7 @@ mod pyyaml {
 
     /// Whether PyYAML's SafeLoader resolves this scalar, read plain, to a type other than a string. Quoted
     /// scalars (starting with `'` or `"`) are strings whatever their content.
-    pub fn retypes(scalar: &str) -> bool {
+    pub(super) fn retypes(scalar: &str) -> bool {
         if scalar.starts_with(['\'', '"']) {
             return false;
         }

@@ -636,18 +636,18 @@ fn throughput_plans_stop_adding_sequences_at_the_roofline_knee() {
 /// is written out here rather than called: a changed constant changes the snapshots and must change these too.
 mod cpu_kernels {
     /// The clock assumed when the inventory has none.
-    pub const GHZ: f64 = 2.0;
+    pub(super) const GHZ: f64 = 2.0;
     /// DRAM bytes per second one core pulls (the class profiles give no per-core figure).
-    pub const BYTES_PER_S_PER_CORE: f64 = 9.38e9;
+    pub(super) const BYTES_PER_S_PER_CORE: f64 = 9.38e9;
     /// Attention runs at this share of the prefill FLOP rate.
-    pub const ATTENTION_SHARE: f64 = 0.310;
+    pub(super) const ATTENTION_SHARE: f64 = 0.310;
     /// Per-token floor: fixed (host), per block, and per block for barriers with more than one thread.
-    pub const FLOOR_FIXED_S: f64 = 11.3e-6;
-    pub const FLOOR_PER_LAYER_S: f64 = 16.0e-6;
-    pub const FLOOR_SYNC_PER_LAYER_S: f64 = 4.88e-6;
+    pub(super) const FLOOR_FIXED_S: f64 = 11.3e-6;
+    pub(super) const FLOOR_PER_LAYER_S: f64 = 16.0e-6;
+    pub(super) const FLOOR_SYNC_PER_LAYER_S: f64 = 4.88e-6;
 
     /// (decode parameters per FP32 FLOP of peak, prefill share of the FMA peak) of a weight type.
-    pub fn rates(dtype: &str) -> (f64, f64) {
+    pub(super) fn rates(dtype: &str) -> (f64, f64) {
         let (q4_k_decode, q4_k_prefill) = (0.174, 1.60);
         let ratio = match dtype {
             "Q4_K" => 1.0,

@@ -3,7 +3,7 @@
 //! Work measured this way must run on the calling thread.
 
 /// Counts live heap bytes per thread, so tests running in parallel do not disturb each other's measurement.
-pub struct Counting;
+pub(crate) struct Counting;
 
 thread_local! {
     static LIVE: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
@@ -44,7 +44,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// Peak heap above the starting level while `f` runs on this thread.
-pub fn peak_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
+pub(crate) fn peak_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
     let start = LIVE.with(|l| l.get());
     PEAK.with(|p| p.set(start));
     let out = f();

@@ -8,25 +8,25 @@ use optimizer::memory::llama_cpp::Machine;
 use serde_json::Value;
 
 /// Bytes in a MiB, the unit the engine prints.
-pub const MIB: f64 = (1u64 << 20) as f64;
+pub(super) const MIB: f64 = (1u64 << 20) as f64;
 
 /// The fixture directory.
-pub fn dir() -> PathBuf {
+pub(super) fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama-cpp")
 }
 
 /// A fixture file, parsed.
-pub fn read(name: &str) -> Value {
+pub(super) fn read(name: &str) -> Value {
     let path = dir().join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The row's flags as the memory model's parameters: the harness's one reader of engine command lines.
-pub use super::common::engine_params as params;
+pub(super) use super::common::engine_params as params;
 
 /// The CPU features the repack rules read, from a table's `engine.cpu_flags`; no GPU.
-pub fn cpu_machine(table: &Value) -> Machine {
+pub(super) fn cpu_machine(table: &Value) -> Machine {
     Machine {
         cpu_features: table["engine"]["cpu_flags"]
             .as_array()
@@ -40,14 +40,14 @@ pub fn cpu_machine(table: &Value) -> Machine {
 }
 
 /// A 2-decimal MiB buffer line of the row, if the engine printed it.
-pub fn buffer_mib(row: &Value, name: &str) -> Option<f64> {
+pub(super) fn buffer_mib(row: &Value, name: &str) -> Option<f64> {
     row["buffers"]
         .get(name)
         .map(|v| v.as_str().unwrap().parse().unwrap())
 }
 
 /// The row's `{model} {config}` label.
-pub fn label(row: &Value) -> String {
+pub(super) fn label(row: &Value) -> String {
     format!(
         "{} {}",
         row["model"].as_str().unwrap(),

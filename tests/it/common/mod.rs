@@ -7,8 +7,8 @@
 //! Each test binary compiles this module and uses a different part of it, hence `allow(dead_code)`.
 #![allow(dead_code)]
 
-pub mod alloc;
-pub mod vllm_models;
+pub(crate) mod alloc;
+pub(crate) mod vllm_models;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,18 +26,18 @@ use optimizer_testkit::gguf_builder::{
 use serde_json::Value;
 
 /// The repository root.
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// `tests/fixtures/<rel>`.
-pub fn fixture(rel: impl AsRef<Path>) -> PathBuf {
+pub(crate) fn fixture(rel: impl AsRef<Path>) -> PathBuf {
     root().join("tests/fixtures").join(rel)
 }
 
 /// The `optimizer` binary with its measurement database in the temp directory, one per test process, away from
 /// the user's. Tests about the database's own location remove `OPTIMIZER_DB` again.
-pub fn bin() -> Command {
+pub(crate) fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_optimizer"));
     c.env(
         "OPTIMIZER_DB",
@@ -47,7 +47,7 @@ pub fn bin() -> Command {
 }
 
 /// [`bin`] planning for the fixture inventory `tests/fixtures/inventories/<name>` instead of probing this machine.
-pub fn bin_on(inventory: &str) -> Command {
+pub(crate) fn bin_on(inventory: &str) -> Command {
     let mut c = bin();
     c.arg("--inventory")
         .arg(fixture("inventories").join(inventory));
@@ -55,18 +55,18 @@ pub fn bin_on(inventory: &str) -> Command {
 }
 
 /// A fixture inventory, `tests/fixtures/inventories/<name>`.
-pub fn inventory(name: &str) -> Inventory {
+pub(crate) fn inventory(name: &str) -> Inventory {
     hardware::load_inventory(&fixture("inventories").join(name))
         .unwrap_or_else(|e| panic!("inventory {name}: {e}"))
 }
 
 /// The built-in profiles and rules.
-pub fn profiles() -> ProfileSet {
+pub(crate) fn profiles() -> ProfileSet {
     profile::load(&[]).unwrap()
 }
 
 /// A sparse Llama-3-shaped model (Q4_K_M tensor types) written to `dir/name` and read back.
-pub fn synth(dir: &Path, name: &str, shape: LlamaShape) -> (PathBuf, ModelSpec) {
+pub(crate) fn synth(dir: &Path, name: &str, shape: LlamaShape) -> (PathBuf, ModelSpec) {
     let path = dir.join(name);
     write_sparse(&synthetic_llama(shape), &path).unwrap();
     let spec = model::load(&path).unwrap();
@@ -75,7 +75,7 @@ pub fn synth(dir: &Path, name: &str, shape: LlamaShape) -> (PathBuf, ModelSpec) 
 
 /// Plans `model` (launched from `path`) on `inv` for the built-in workload preset `workload`: the one entry point
 /// into the planner for every test.
-pub fn plan(
+pub(crate) fn plan(
     model: &ModelSpec,
     path: &str,
     inv: &Inventory,
@@ -91,7 +91,7 @@ pub fn plan(
 }
 
 /// [`plan`] for a workload the test built or edited itself, with what a measurement store returned.
-pub fn plan_workload(
+pub(crate) fn plan_workload(
     model: &ModelSpec,
     path: &str,
     inv: &Inventory,
@@ -114,7 +114,7 @@ pub fn plan_workload(
 
 /// The workload of one llama-bench test (`pp512`, `tg128`): pp512 processes 512 prompt tokens, tg128 generates
 /// 128 from an empty context; one sequence, a context of the test's tokens + 1, an f16 KV cache.
-pub fn llama_bench_workload(set: &ProfileSet, test: &str) -> WorkloadProfile {
+pub(crate) fn llama_bench_workload(set: &ProfileSet, test: &str) -> WorkloadProfile {
     let prefill = test.starts_with("pp");
     let n: u64 = test[2..]
         .parse()
@@ -127,7 +127,7 @@ pub fn llama_bench_workload(set: &ProfileSet, test: &str) -> WorkloadProfile {
 }
 
 /// The ggml type id of a type name, as the upstream tables spell it.
-pub fn type_id(name: &str) -> u32 {
+pub(crate) fn type_id(name: &str) -> u32 {
     (0..64)
         .find(|&id| GgmlType::from_id(id, TypeReading::Upstream).is_some_and(|t| t.name() == name))
         .unwrap_or_else(|| panic!("unknown type {name}"))
@@ -135,7 +135,7 @@ pub fn type_id(name: &str) -> u32 {
 
 /// Writes the model described in models.json as a sparse GGUF and reads it back (vocabulary contents are
 /// placeholders: only counts and element types enter the memory and speed models).
-pub fn build(m: &Value, path: &Path) -> ModelSpec {
+pub(crate) fn build(m: &Value, path: &Path) -> ModelSpec {
     let mut b = GgufBuilder::new();
     for kv in m["metadata"].as_array().unwrap() {
         let key = kv["key"].as_str().unwrap();
@@ -215,17 +215,17 @@ pub fn build(m: &Value, path: &Path) -> ModelSpec {
 }
 
 /// A flag's value in a measured row's engine configuration (`row.config`, as the command line spelled it).
-pub fn cfg<'a>(row: &'a Value, flag: &str) -> Option<&'a str> {
+pub(crate) fn cfg<'a>(row: &'a Value, flag: &str) -> Option<&'a str> {
     row["config"].get(flag).and_then(Value::as_str)
 }
 
 /// A numeric flag of a measured row, or the engine's default.
-pub fn cfg_u32(row: &Value, flag: &str, default: u32) -> u32 {
+pub(crate) fn cfg_u32(row: &Value, flag: &str, default: u32) -> u32 {
     cfg(row, flag).map_or(default, |s| s.parse().unwrap())
 }
 
 /// A KV cache type as llama.cpp's `-ctk`/`-ctv` spell it (f16 when absent, the engine's default).
-pub fn cache_type(s: Option<&str>) -> GgmlType {
+pub(crate) fn cache_type(s: Option<&str>) -> GgmlType {
     let name = s.unwrap_or("f16");
     CACHE_TYPES
         .iter()
@@ -236,7 +236,7 @@ pub fn cache_type(s: Option<&str>) -> GgmlType {
 
 /// The memory model's parameters for the command line a measured row ran with (tests/fixtures/llama-cpp: every
 /// flag the tables use that changes what the engine allocates; absent flags take llama.cpp's defaults).
-pub fn engine_params(row: &Value) -> Params {
+pub(crate) fn engine_params(row: &Value) -> Params {
     let flag = |f: &str| row["config"].get(f).is_some();
     Params {
         n_ctx: cfg_u32(row, "-c", 0),
@@ -262,20 +262,20 @@ pub fn engine_params(row: &Value) -> Params {
 }
 
 /// The llama.cpp settings of a plan (every plan here is llama.cpp's).
-pub fn llama(d: &Deployment) -> &LlamaCppSettings {
+pub(crate) fn llama(d: &Deployment) -> &LlamaCppSettings {
     d.settings
         .llama_cpp()
         .unwrap_or_else(|| panic!("not a llama.cpp plan: {:?}", d.runtime))
 }
 
 /// A launch artifact of a plan by name (`llama-server`, `ollama`, `kubernetes`).
-pub fn artifact<'a>(d: &'a Deployment, name: &str) -> &'a Artifact {
+pub(crate) fn artifact<'a>(d: &'a Deployment, name: &str) -> &'a Artifact {
     d.artifact(name)
         .unwrap_or_else(|| panic!("no {name} artifact in {:?}", d.launch))
 }
 
 /// Asserts a finished command exited with `code`, showing its stderr when it did not.
-pub fn assert_exit(o: &std::process::Output, code: i32) {
+pub(crate) fn assert_exit(o: &std::process::Output, code: i32) {
     assert_eq!(
         o.status.code(),
         Some(code),
@@ -286,7 +286,7 @@ pub fn assert_exit(o: &std::process::Output, code: i32) {
 
 /// `optimizer resolve --format json -w WORKLOAD --hardware HARDWARE -m MODEL EXTRA...` on `inventory`'s host: the
 /// document (which a no-fit exit still writes) and the exit code.
-pub fn resolve_doc(
+pub(crate) fn resolve_doc(
     inventory: &str,
     model: &Path,
     workload: &str,
@@ -297,7 +297,7 @@ pub fn resolve_doc(
 }
 
 /// [`resolve_doc`] with a profile overlay directory (`--profiles DIR`) when given.
-pub fn resolve_doc_with(
+pub(crate) fn resolve_doc_with(
     inventory: &str,
     profiles: Option<&Path>,
     model: &Path,

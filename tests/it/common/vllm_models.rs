@@ -21,12 +21,12 @@ use serde_json::Value;
 const HEADER_ALIGN: usize = 8;
 
 /// `tests/fixtures/vllm/models`.
-pub fn models_dir() -> PathBuf {
+pub(crate) fn models_dir() -> PathBuf {
     super::fixture("vllm/models")
 }
 
 /// Every fixture id (a directory with a `config.json` and a `header.json`), sorted.
-pub fn ids() -> Vec<String> {
+pub(crate) fn ids() -> Vec<String> {
     let mut ids: Vec<String> = fs::read_dir(models_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -58,7 +58,7 @@ fn once_per_id<T: Clone + Send + Sync + 'static>(
 }
 
 /// The committed header of fixture `id`, parsed (once per process).
-pub fn header(id: &str) -> Value {
+pub(crate) fn header(id: &str) -> Value {
     static HEADERS: PerId<Value> = OnceLock::new();
     once_per_id(&HEADERS, id, || {
         let path = models_dir().join(id).join("header.json");
@@ -68,14 +68,14 @@ pub fn header(id: &str) -> Value {
 }
 
 /// The committed `config.json` of fixture `id`, parsed.
-pub fn config(id: &str) -> Value {
+pub(crate) fn config(id: &str) -> Value {
     let path = models_dir().join(id).join("config.json");
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Bytes of the data section the header declares: the largest end offset.
-pub fn data_bytes(header: &Value) -> u64 {
+pub(crate) fn data_bytes(header: &Value) -> u64 {
     header
         .as_object()
         .unwrap()
@@ -88,7 +88,7 @@ pub fn data_bytes(header: &Value) -> u64 {
 
 /// The header as a checkpoint stores it: compact JSON (the committed file has one tensor per line, and JSON
 /// strings hold no raw newlines, so dropping them changes no value), padded with spaces to [`HEADER_ALIGN`].
-pub fn header_bytes(id: &str) -> Vec<u8> {
+pub(crate) fn header_bytes(id: &str) -> Vec<u8> {
     let path = models_dir().join(id).join("header.json");
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut bytes: Vec<u8> = text.bytes().filter(|&b| b != b'\n').collect();
@@ -106,7 +106,7 @@ const SHARD_TENSORS: usize = 4096;
 const INDEX_FILE: &str = "model.safetensors.index.json";
 
 /// One safetensors file of a materialized fixture: its name, header bytes (padded) and data-section size.
-pub struct Shard {
+pub(crate) struct Shard {
     pub name: String,
     pub header: Vec<u8>,
     pub data: u64,
@@ -115,7 +115,7 @@ pub struct Shard {
 /// How fixture `id` is written: one `model.safetensors` holding the committed header, or, when the header has
 /// more tensors than the reader takes from one file (`MAX_TENSORS_PER_FILE`, a bound real checkpoints meet by
 /// sharding), shards of [`SHARD_TENSORS`] tensors in name order with offsets rebased per shard.
-pub fn layout(id: &str) -> Vec<Shard> {
+pub(crate) fn layout(id: &str) -> Vec<Shard> {
     let h = header(id);
     let entries = h.as_object().unwrap();
     let count = entries.len() - 1;
@@ -162,7 +162,7 @@ pub fn layout(id: &str) -> Vec<Shard> {
 
 /// Bytes of every safetensors file of fixture `id` as [`materialize`] writes it: per file the 8-byte length,
 /// the header and the data section.
-pub fn file_bytes(id: &str) -> u64 {
+pub(crate) fn file_bytes(id: &str) -> u64 {
     layout(id)
         .iter()
         .map(|s| 8 + s.header.len() as u64 + s.data)
@@ -172,7 +172,7 @@ pub fn file_bytes(id: &str) -> u64 {
 /// Writes fixture `id` as a model directory: `config.json` and sparse safetensors files (8-byte little-endian
 /// header length, the header, then the data section as a hole of the declared size), with
 /// `model.safetensors.index.json` when [`layout`] shards it.
-pub fn materialize(id: &str) -> tempfile::TempDir {
+pub(crate) fn materialize(id: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let src = models_dir().join(id);
     fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
@@ -211,7 +211,7 @@ pub fn materialize(id: &str) -> tempfile::TempDir {
 
 /// Fixture `id` read by the crate's safetensors reader (from a directory [`materialize`] wrote and then
 /// removed: the spec keeps no handle on the files).
-pub fn spec(id: &str) -> ModelSpec {
+pub(crate) fn spec(id: &str) -> ModelSpec {
     static SPECS: PerId<ModelSpec> = OnceLock::new();
     once_per_id(&SPECS, id, || {
         let dir = materialize(id);
@@ -223,40 +223,40 @@ pub fn spec(id: &str) -> ModelSpec {
 /// `q_lora_rank` 1536, `kv_lora_rank` 512, `qk_nope_head_dim` 128, `qk_rope_head_dim` 64, `v_head_dim` 128 and
 /// 64 heads; 61 layers, the first dense (`first_k_dense_replace` 1, `intermediate_size` 18432), the other 60
 /// MoE with 384 routed experts and one shared expert of `moe_intermediate_size` 2048.
-pub mod kimi_k2 {
-    pub const H: u64 = 7168;
-    pub const VOCAB: u64 = 163_840;
-    pub const LAYERS: u64 = 61;
-    pub const DENSE_LAYERS: u64 = 1;
-    pub const MOE_LAYERS: u64 = LAYERS - DENSE_LAYERS;
-    pub const HEADS: u64 = 64;
-    pub const Q_RANK: u64 = 1536;
-    pub const KV_RANK: u64 = 512;
-    pub const NOPE: u64 = 128;
-    pub const ROPE: u64 = 64;
-    pub const V: u64 = 128;
-    pub const INTER: u64 = 18_432;
-    pub const MOE_INTER: u64 = 2048;
-    pub const EXPERTS: u64 = 384;
-    pub const SHARED: u64 = 1;
+pub(crate) mod kimi_k2 {
+    pub(crate) const H: u64 = 7168;
+    pub(crate) const VOCAB: u64 = 163_840;
+    pub(crate) const LAYERS: u64 = 61;
+    pub(crate) const DENSE_LAYERS: u64 = 1;
+    pub(crate) const MOE_LAYERS: u64 = LAYERS - DENSE_LAYERS;
+    pub(crate) const HEADS: u64 = 64;
+    pub(crate) const Q_RANK: u64 = 1536;
+    pub(crate) const KV_RANK: u64 = 512;
+    pub(crate) const NOPE: u64 = 128;
+    pub(crate) const ROPE: u64 = 64;
+    pub(crate) const V: u64 = 128;
+    pub(crate) const INTER: u64 = 18_432;
+    pub(crate) const MOE_INTER: u64 = 2048;
+    pub(crate) const EXPERTS: u64 = 384;
+    pub(crate) const SHARED: u64 = 1;
     /// `weight_block_size` [128, 128] of the config's block-FP8 `quantization_config`.
-    pub const BLOCK: u64 = 128;
+    pub(crate) const BLOCK: u64 = 128;
 
     /// Elements of the linear layers of one MLA block: q_a, q_b, kv_a_with_mqa, kv_b, o.
-    pub const Q_A: u64 = Q_RANK * H;
-    pub const Q_B: u64 = HEADS * (NOPE + ROPE) * Q_RANK;
-    pub const KV_A: u64 = (KV_RANK + ROPE) * H;
-    pub const KV_B: u64 = HEADS * (NOPE + V) * KV_RANK;
-    pub const O: u64 = H * HEADS * V;
+    pub(crate) const Q_A: u64 = Q_RANK * H;
+    pub(crate) const Q_B: u64 = HEADS * (NOPE + ROPE) * Q_RANK;
+    pub(crate) const KV_A: u64 = (KV_RANK + ROPE) * H;
+    pub(crate) const KV_B: u64 = HEADS * (NOPE + V) * KV_RANK;
+    pub(crate) const O: u64 = H * HEADS * V;
 
     /// F32 bytes of a [out, in] linear layer's `weight_scale_inv` (ceil(out/128) × ceil(in/128) blocks).
-    pub const fn scale_bytes(out_f: u64, in_f: u64) -> u64 {
+    pub(crate) const fn scale_bytes(out_f: u64, in_f: u64) -> u64 {
         out_f.div_ceil(BLOCK) * in_f.div_ceil(BLOCK) * 4
     }
 
     /// Bytes vLLM 0.33.0 holds for the model at `--dtype bfloat16` over `tp` ranks (rules in
     /// tests/it/vllm_fixtures.rs `kimi_k2_weights_per_rank_at_tp8_are_the_replicated_plus_an_eighth_of_the_sharded`).
-    pub struct RankWeights {
+    pub(crate) struct RankWeights {
         pub replicated: u64,
         pub sharded: u64,
         pub rope_cache: u64,
@@ -264,7 +264,7 @@ pub mod kimi_k2 {
         pub per_rank: u64,
     }
 
-    pub fn rank_weights(tp: u64) -> RankWeights {
+    pub(crate) fn rank_weights(tp: u64) -> RankWeights {
         let norms = (LAYERS * (2 * H + Q_RANK + KV_RANK) + H) * 2;
         let mla_a = LAYERS * (Q_A + scale_bytes(Q_RANK, H) + KV_A + scale_bytes(KV_RANK + ROPE, H));
         let router = MOE_LAYERS * (EXPERTS * H * 2 + EXPERTS * 4);

@@ -12,7 +12,7 @@ use optimizer::model::safetensors::StDtype;
 use optimizer::model::{self, Dtype, Format, ModelSpec, TensorInfo, classify_tensor, hf_config};
 
 #[derive(Clone, Copy, PartialEq)]
-pub enum Pack {
+pub(crate) enum Pack {
     None,
     /// GPTQ 4-bit, group 128: qweight [in/8, out] I32, qzeros [in/128, out/8] I32, scales [in/128, out] F16,
     /// g_idx [in] I32.
@@ -30,7 +30,7 @@ fn st(d: StDtype) -> u64 {
     }
 }
 
-pub struct Builder {
+pub(crate) struct Builder {
     pub tensors: Vec<TensorInfo>,
     dtype: StDtype,
     pack: Pack,
@@ -88,7 +88,7 @@ fn u(c: &serde_json::Value, k: &str) -> Option<u64> {
 }
 
 /// The spec of the checkpoint `config_json` describes, tensors stored in `dtype`, linear layers packed by `pack`.
-pub fn build(config_json: &str, dtype: StDtype, pack: Pack) -> ModelSpec {
+pub(crate) fn build(config_json: &str, dtype: StDtype, pack: Pack) -> ModelSpec {
     let c: serde_json::Value = serde_json::from_str(config_json).expect("config json");
     let hf = hf_config::parse(Path::new("config.json"), config_json.as_bytes()).expect("config");
     let h = u(&c, "hidden_size").unwrap();
@@ -221,25 +221,25 @@ pub fn build(config_json: &str, dtype: StDtype, pack: Pack) -> ModelSpec {
     )
 }
 
-pub const GIB: f64 = (1u64 << 30) as f64;
+pub(crate) const GIB: f64 = (1u64 << 30) as f64;
 
-pub const LLAMA31_8B: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,
+pub(crate) const LLAMA31_8B: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,
 "intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
 "vocab_size":128256,"max_position_embeddings":131072,"rope_theta":500000.0,"tie_word_embeddings":false,
 "rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},
 "torch_dtype":"bfloat16"}"#;
 
-pub const QWEN3_8B: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":4096,
+pub(crate) const QWEN3_8B: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":4096,
 "intermediate_size":12288,"num_hidden_layers":36,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,
 "vocab_size":151936,"max_position_embeddings":40960,"rope_theta":1000000,"tie_word_embeddings":false,
 "torch_dtype":"bfloat16"}"#;
 
-pub const QWEN3_14B: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":5120,
+pub(crate) const QWEN3_14B: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":5120,
 "intermediate_size":17408,"num_hidden_layers":40,"num_attention_heads":40,"num_key_value_heads":8,"head_dim":128,
 "vocab_size":151936,"max_position_embeddings":40960,"rope_theta":1000000,"tie_word_embeddings":false,
 "torch_dtype":"bfloat16"}"#;
 
-pub const QWEN3_235B_A22B_FP8: &str = r#"{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe",
+pub(crate) const QWEN3_235B_A22B_FP8: &str = r#"{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe",
 "hidden_size":4096,"intermediate_size":12288,"moe_intermediate_size":1536,"num_experts":128,"num_experts_per_tok":8,
 "num_hidden_layers":94,"num_attention_heads":64,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,
 "max_position_embeddings":40960,"rope_theta":1000000,"tie_word_embeddings":false,"torch_dtype":"bfloat16",
@@ -248,7 +248,7 @@ pub const QWEN3_235B_A22B_FP8: &str = r#"{"architectures":["Qwen3MoeForCausalLM"
 /// Qwen/Qwen2.5-0.5B-Instruct's config.json, the keys a plan reads: from Prashanth-Arun/model-chunking README.md
 /// at commit 1793ac9bb4ad5b9434e566dc7abdc228f1498ada, lines 49-76 (a copy of the Hub file in which the author
 /// renamed `architectures` and `model_type`, each with a "before it was" comment; the published values are used).
-pub const QWEN25_05B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2",
+pub(crate) const QWEN25_05B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2",
 "hidden_size":896,"intermediate_size":4864,"num_hidden_layers":24,"num_attention_heads":14,"num_key_value_heads":2,
 "vocab_size":151936,"max_position_embeddings":32768,"rope_theta":1000000.0,"sliding_window":32768,
 "use_sliding_window":false,"tie_word_embeddings":true,"torch_dtype":"bfloat16"}"#;
@@ -256,7 +256,7 @@ pub const QWEN25_05B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"
 /// Qwen/Qwen2.5-1.5B-Instruct's config.json, the keys a plan reads: from AteniaEngine/ateniaengine
 /// tests/qwen25_numerical_validation_test.rs at commit ecfeccaab947597d05f6eb2a8d6e86f12679e5a2
 /// (`EMBEDDED_QWEN25_CONFIG`, "Verbatim snapshot of the Qwen 2.5 1.5B Instruct config.json").
-pub const QWEN25_15B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2",
+pub(crate) const QWEN25_15B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2",
 "hidden_size":1536,"intermediate_size":8960,"num_hidden_layers":28,"num_attention_heads":12,"num_key_value_heads":2,
 "vocab_size":151936,"max_position_embeddings":32768,"rope_theta":1000000.0,"sliding_window":32768,
 "use_sliding_window":false,"tie_word_embeddings":true,"torch_dtype":"bfloat16"}"#;
@@ -265,13 +265,13 @@ pub const QWEN25_15B_INSTRUCT: &str = r#"{"architectures":["Qwen2ForCausalLM"],"
 /// max_position_embeddings 262144 and rope_theta 5000000 (the Qwen3-235B-A22B-Instruct-2507 config as a public
 /// model report prints it; the FP8 block quantization as kubesimplify/website's post quotes this repository's
 /// config.json, commit 08b151ee1aa38188fb118b99104567117a2ca6d4). No verbatim copy of the FP8 file was found.
-pub const QWEN3_235B_A22B_2507_FP8: &str = r#"{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe",
+pub(crate) const QWEN3_235B_A22B_2507_FP8: &str = r#"{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe",
 "hidden_size":4096,"intermediate_size":12288,"moe_intermediate_size":1536,"num_experts":128,"num_experts_per_tok":8,
 "num_hidden_layers":94,"num_attention_heads":64,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,
 "max_position_embeddings":262144,"rope_theta":5000000,"tie_word_embeddings":false,"torch_dtype":"bfloat16",
 "quantization_config":{"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128]}}"#;
 
-pub const DEEPSEEK_V2_LITE: &str = r#"{"architectures":["DeepseekV2ForCausalLM"],"model_type":"deepseek_v2",
+pub(crate) const DEEPSEEK_V2_LITE: &str = r#"{"architectures":["DeepseekV2ForCausalLM"],"model_type":"deepseek_v2",
 "hidden_size":2048,"intermediate_size":10944,"moe_intermediate_size":1408,"n_routed_experts":64,"n_shared_experts":2,
 "num_experts_per_tok":6,"first_k_dense_replace":1,"num_hidden_layers":27,"num_attention_heads":16,
 "num_key_value_heads":16,"kv_lora_rank":512,"q_lora_rank":null,"qk_nope_head_dim":128,"qk_rope_head_dim":64,
@@ -279,30 +279,30 @@ pub const DEEPSEEK_V2_LITE: &str = r#"{"architectures":["DeepseekV2ForCausalLM"]
 "rope_scaling":{"beta_fast":32,"beta_slow":1,"factor":40,"mscale":0.707,"mscale_all_dim":0.707,"original_max_position_embeddings":4096,"type":"yarn"},
 "torch_dtype":"bfloat16"}"#;
 
-pub const MIXTRAL_8X7B: &str = r#"{"architectures":["MixtralForCausalLM"],"model_type":"mixtral","hidden_size":4096,
+pub(crate) const MIXTRAL_8X7B: &str = r#"{"architectures":["MixtralForCausalLM"],"model_type":"mixtral","hidden_size":4096,
 "intermediate_size":14336,"num_local_experts":8,"num_experts_per_tok":2,"num_hidden_layers":32,
 "num_attention_heads":32,"num_key_value_heads":8,"vocab_size":32000,"max_position_embeddings":32768,
 "rope_theta":1000000.0,"sliding_window":null,"tie_word_embeddings":false,"torch_dtype":"bfloat16"}"#;
 
-pub const GEMMA2_9B: &str = r#"{"architectures":["Gemma2ForCausalLM"],"model_type":"gemma2","hidden_size":3584,
+pub(crate) const GEMMA2_9B: &str = r#"{"architectures":["Gemma2ForCausalLM"],"model_type":"gemma2","hidden_size":3584,
 "intermediate_size":14336,"num_hidden_layers":42,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,
 "vocab_size":256000,"max_position_embeddings":8192,"sliding_window":4096,"rope_theta":10000.0,
 "tie_word_embeddings":true,"torch_dtype":"float32"}"#;
 
-pub const QWEN25_7B: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":3584,
+pub(crate) const QWEN25_7B: &str = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":3584,
 "intermediate_size":18944,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,
 "vocab_size":152064,"max_position_embeddings":32768,"rope_theta":1000000.0,"sliding_window":131072,
 "use_sliding_window":false,"tie_word_embeddings":false,"torch_dtype":"bfloat16"}"#;
 
 /// Qwen/Qwen3-32B's config.json (tests/fixtures/vllm/models/Qwen3-32B, with its source), the keys a plan reads.
-pub const QWEN3_32B: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":5120,
+pub(crate) const QWEN3_32B: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":5120,
 "intermediate_size":25600,"num_hidden_layers":64,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":128,
 "vocab_size":151936,"max_position_embeddings":40960,"rope_theta":1000000,"tie_word_embeddings":false,
 "torch_dtype":"bfloat16"}"#;
 
 /// meta-llama/Llama-3.1-70B-Instruct's config.json (tests/fixtures/vllm/models/Llama-3.1-70B-Instruct, with its
 /// source), the keys a plan reads.
-pub const LLAMA31_70B: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":8192,
+pub(crate) const LLAMA31_70B: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":8192,
 "intermediate_size":28672,"num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,
 "vocab_size":128256,"max_position_embeddings":131072,"rope_theta":500000.0,"tie_word_embeddings":false,
 "rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},

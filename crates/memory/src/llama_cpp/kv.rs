@@ -46,7 +46,7 @@ pub(super) struct Heads {
 
 impl Heads {
     /// From the hyper-parameters; head sizes default to `n_embd / n_head` as the engine's do.
-    pub fn of(h: &Hparams) -> Result<Self, ParamError> {
+    pub(super) fn of(h: &Hparams) -> Result<Self, ParamError> {
         let head_count = h
             .head_count
             .as_ref()

@@ -91,7 +91,7 @@ pub(super) struct Placement {
 
 impl Placement {
     /// Resolves `-ngl` and `-ts` for the model's block count (llama-model.cpp L1557-1600).
-    pub fn resolve(
+    pub(super) fn resolve(
         h: &Hparams,
         params: &Params,
         machine: &Machine,
@@ -140,7 +140,7 @@ impl Placement {
     }
 
     /// The device of a slot: `None` the CPU, `Some(i)` GPU i.
-    pub fn device(&self, slot: Slot) -> Option<usize> {
+    pub(super) fn device(&self, slot: Slot) -> Option<usize> {
         let (n_layer, gpu_layers, splits) = (self.n_layer, self.gpu_layers, &self.splits);
         match slot {
             Slot::Input => None,
@@ -155,7 +155,7 @@ impl Placement {
     }
 
     /// The estimate's index of a slot's device.
-    pub fn index(&self, slot: Slot) -> usize {
+    pub(super) fn index(&self, slot: Slot) -> usize {
         index(self.device(slot))
     }
 }

@@ -64,7 +64,7 @@ fn pages_per_request(kind: LayerKind, p: &Params) -> Result<u64, String> {
     })
 }
 
-pub fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
+pub(super) fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
     if p.block_size == 0 || p.tensor_parallel == 0 || p.max_model_len == 0 {
         return Err("block size, tensor parallel size and max_model_len must be positive".into());
     }
@@ -173,7 +173,7 @@ pub fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
     })
 }
 
-pub fn kv_capacity(available_kv_bytes: u64, kv: &Kv, p: &Params) -> KvCapacity {
+pub(super) fn kv_capacity(available_kv_bytes: u64, kv: &Kv, p: &Params) -> KvCapacity {
     let num_blocks = available_kv_bytes
         .checked_div(kv.bytes_per_block)
         .unwrap_or(0);

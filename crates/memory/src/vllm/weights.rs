@@ -282,7 +282,7 @@ fn scale(bytes: u64, num: u64, den: u64, name: &str) -> Result<u64, String> {
 }
 
 /// Weights per rank; see the module doc for the rules.
-pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, String> {
+pub(super) fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, String> {
     let tp = u64::from(tp);
     if tp == 0 {
         return Err("tensor parallel size must be at least 1".into());

@@ -303,7 +303,7 @@ mod avx2 {
     /// # Safety
     /// The CPU supports AVX2, FMA and F16C; `x` and `y` hold the same number of blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q4_0(x: &[u8], y: &[u8]) -> f32 {
+    pub(super) unsafe fn dot_q4_0(x: &[u8], y: &[u8]) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mask = _mm256_set1_epi8(0x0f);
         let eight = _mm256_set1_epi8(8);
@@ -334,7 +334,7 @@ mod avx2 {
     /// # Safety
     /// As [`dot_q4_0`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    pub(super) unsafe fn dot_q8_0(x: &[u8], y: &[u8]) -> f32 {
         let mut acc = _mm256_setzero_ps();
         for (xb, yb) in x.chunks_exact(Q8_0_BYTES).zip(y.chunks_exact(Q8_0_BYTES)) {
             let d = scale_product(
@@ -364,7 +364,7 @@ mod avx2 {
     /// # Safety
     /// As [`dot_q4_0`], with Q4_K weights and Q8_K activations.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q4k(x: &[u8], y: &[u8]) -> f32 {
+    pub(super) unsafe fn dot_q4k(x: &[u8], y: &[u8]) -> f32 {
         const KMASK1: u32 = 0x3f3f_3f3f;
         const KMASK2: u32 = 0x0f0f_0f0f;
         const KMASK3: u32 = 0x0303_0303;
@@ -429,7 +429,7 @@ mod avx2 {
     /// FP32 FMAs: `rounds` × 12 independent 8-lane accumulators (enough to cover two FMA pipes of 4-5 cycles
     /// latency), 2 × 8 × 12 FLOP per round. Returns a value that depends on every FMA.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn fma(rounds: u64, seed: f32) -> f32 {
+    pub(super) fn fma(rounds: u64, seed: f32) -> f32 {
         let a = _mm256_set1_ps(0.999_999);
         let b = _mm256_set1_ps(1e-7);
         let mut acc = [_mm256_set1_ps(seed); 12];
