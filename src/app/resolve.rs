@@ -191,10 +191,12 @@ fn plan_failure(
     runtime: crate::profile::RuntimeId,
 ) -> Failure {
     match e {
-        PlanError::Model(_) => Failure::new(
-            exit::INVALID_INPUT,
-            anyhow::anyhow!("{}: {e}", model.display()),
-        ),
+        PlanError::Model(_) | PlanError::LlamaCppMemory(_) | PlanError::VllmMemory(_) => {
+            Failure::new(
+                exit::INVALID_INPUT,
+                anyhow::anyhow!("{}: {e}", model.display()),
+            )
+        }
         PlanError::Profile(_) => Failure::new(exit::INVALID_INPUT, e)
             .hint("`optimizer profiles validate` checks the rule tables in force"),
         PlanError::Hardware(_) => Failure::new(

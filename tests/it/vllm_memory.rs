@@ -430,5 +430,7 @@ fn absurd_input_is_refused_without_panic() {
         method: "hqq".into(),
         ..Default::default()
     });
-    assert!(vllm::admit(&q).unwrap_err().contains("hqq"));
+    assert!(
+        matches!(vllm::admit(&q), Err(vllm::VllmMemoryError::Unsupported(m)) if m.contains("hqq"))
+    );
 }

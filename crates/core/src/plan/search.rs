@@ -26,7 +26,7 @@ pub fn search<R: Runtime>(
 ) -> Result<Vec<Candidate<R::Point>>, PlanError> {
     let size = rt.size();
     let eval = |p: &R::Point, s: u32| -> Result<Candidate<R::Point>, PlanError> {
-        let e = rt.evaluate(p, s).map_err(PlanError::Model)?;
+        let e = rt.evaluate(p, s)?;
         Ok(Candidate {
             point: p.clone(),
             size: s,

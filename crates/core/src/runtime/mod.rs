@@ -64,6 +64,14 @@ pub enum PlanError {
     /// A pinned value or workload number the planner cannot use (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// llama.cpp's memory model refuses the model at a candidate: an out-of-range hyper-parameter or an
+    /// overflow at any size, a defect of the model file (exit 4, naming the file).
+    #[error(transparent)]
+    LlamaCppMemory(#[from] optimizer_memory::llama_cpp::ParamError),
+    /// vLLM's memory model cannot size the checkpoint at a candidate: an overflow, a missing or indivisible
+    /// hyper-parameter, a defect of the model file (exit 4, naming the file).
+    #[error(transparent)]
+    VllmMemory(#[from] optimizer_memory::vllm::VllmMemoryError),
 }
 
 /// A serving runtime's refusal of training and fine-tuning workloads.
@@ -274,7 +282,7 @@ pub trait Runtime {
     fn size(&self) -> Size;
     /// Memory and speed of a point at a size. `Err`: a defect of the model the memory model found (the plan
     /// stops; it is no candidate that failed to fit).
-    fn evaluate(&self, p: &Self::Point, size: u32) -> Result<Eval, String>;
+    fn evaluate(&self, p: &Self::Point, size: u32) -> Result<Eval, PlanError>;
     /// Another ladder worth climbing after `ladder` found `p` (the roofline knee of a throughput workload: the
     /// same rungs at fewer sequences).
     fn follow_up(

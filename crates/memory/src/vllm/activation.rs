@@ -48,6 +48,7 @@
 //!   the forward) is not counted. Adding it would count the forward's share twice where the forward is the
 //!   peak; the sampler's side is counted from the source instead.
 
+use super::VllmMemoryError;
 use optimizer_model::{ModelSpec, Role};
 
 use super::{GpuFacts, Params};
@@ -119,13 +120,13 @@ pub const SAMPLER_SLOT_TABLE_BYTES: u64 = 17_924;
 /// for Llama-3.1-8B at 20000 tokens = 1.085.
 pub const ACTIVATION_FIT: f64 = 1.085;
 
-fn m(a: u64, b: u64) -> Result<u64, String> {
+fn m(a: u64, b: u64) -> Result<u64, VllmMemoryError> {
     a.checked_mul(b)
-        .ok_or_else(|| "activation size overflows".to_string())
+        .ok_or(VllmMemoryError::Overflow("activation size overflows"))
 }
 
 /// Per-token elements of the largest layer intermediate on one rank.
-fn layer_elems_per_token(model: &ModelSpec, tp: u64) -> Result<u64, String> {
+fn layer_elems_per_token(model: &ModelSpec, tp: u64) -> Result<u64, VllmMemoryError> {
     let h = &model.hparams;
     let heads = h.head_count.as_ref().map(|x| x.max()).unwrap_or(0);
     let kvh = h.head_count_kv.as_ref().map(|x| x.max()).unwrap_or(heads);
@@ -167,34 +168,40 @@ fn layer_elems_per_token(model: &ModelSpec, tp: u64) -> Result<u64, String> {
 /// Bytes per logit at the sampler's peak: the model-dtype logits `compute_logits` returns (all-gathered over
 /// the ranks at the padded vocabulary width, vllm/model_executor/layers/logits_processor.py `_gather_logits`)
 /// plus the path's fp32 tensors. Per request row: `dt × V_padded + fp32 × V`.
-fn sampler_row_bytes(vocab: u64, dt: u64, path: SamplerPath) -> Result<u64, String> {
+fn sampler_row_bytes(vocab: u64, dt: u64, path: SamplerPath) -> Result<u64, VllmMemoryError> {
     let fp32 = match path {
         SamplerPath::FlashInfer => FLASHINFER_FP32_BYTES_PER_LOGIT,
         SamplerPath::Triton => TRITON_FP32_BYTES_PER_LOGIT,
     };
     m(super::pad_vocab(vocab)?, dt)?
         .checked_add(m(vocab, fp32)?)
-        .ok_or_else(|| "activation size overflows".to_string())
+        .ok_or(VllmMemoryError::Overflow("activation size overflows"))
 }
 
 /// Transient peak of the profiling pass on one rank (see the module doc).
-pub fn activation_peak_bytes(model: &ModelSpec, p: &Params) -> Result<u64, String> {
+pub fn activation_peak_bytes(model: &ModelSpec, p: &Params) -> Result<u64, VllmMemoryError> {
     let h = &model.hparams;
     let tp = u64::from(p.tensor_parallel.max(1));
     let dt = p.dtype.bytes();
     let t = u64::from(p.max_num_batched_tokens);
     let s = u64::from(p.max_num_seqs).min(t);
-    let hidden = h.embedding_length.ok_or("no hidden size")?;
-    let vocab = h.vocab_size.ok_or("no vocabulary size")?;
+    let hidden = h
+        .embedding_length
+        .ok_or(VllmMemoryError::Missing("no hidden size"))?;
+    let vocab = h
+        .vocab_size
+        .ok_or(VllmMemoryError::Missing("no vocabulary size"))?;
     let per_token = m(2, hidden)?
         .checked_add(layer_elems_per_token(model, tp)?)
-        .ok_or("activation size overflows")?;
+        .ok_or(VllmMemoryError::Overflow("activation size overflows"))?;
     let forward = (m(m(t, dt)?, per_token)? as f64 * ACTIVATION_FIT) as u64;
     let path = sampler_path(&p.gpu);
-    let rows = t.checked_add(s).ok_or("activation size overflows")?;
+    let rows = t
+        .checked_add(s)
+        .ok_or(VllmMemoryError::Overflow("activation size overflows"))?;
     let sampler = m(m(rows, hidden)?, dt)?
         .checked_add(m(s, sampler_row_bytes(vocab, dt, path)?)?)
-        .ok_or("activation size overflows")?;
+        .ok_or(VllmMemoryError::Overflow("activation size overflows"))?;
     Ok(forward.max(sampler))
 }
 
@@ -212,8 +219,11 @@ fn triton_rows(sms: Option<u32>, seqs: u64) -> u64 {
 
 /// The V2 runner's persistent sampler buffers on one rank: the penalty bins and request tables for
 /// `max_num_seqs` slots and the Triton kernel's cached rows (see the module doc).
-pub fn runner_buffers_bytes(model: &ModelSpec, p: &Params) -> Result<u64, String> {
-    let vocab = model.hparams.vocab_size.ok_or("no vocabulary size")?;
+pub fn runner_buffers_bytes(model: &ModelSpec, p: &Params) -> Result<u64, VllmMemoryError> {
+    let vocab = model
+        .hparams
+        .vocab_size
+        .ok_or(VllmMemoryError::Missing("no vocabulary size"))?;
     let slots = u64::from(p.max_num_seqs);
     let bins = m(slots, m(vocab, BIN_COUNT_BYTES)?)?;
     let mask = m(
@@ -228,5 +238,5 @@ pub fn runner_buffers_bytes(model: &ModelSpec, p: &Params) -> Result<u64, String
     bins.checked_add(mask)
         .and_then(|v| v.checked_add(tables))
         .and_then(|v| v.checked_add(triton))
-        .ok_or_else(|| "sampler buffer size overflows".to_string())
+        .ok_or(VllmMemoryError::Overflow("sampler buffer size overflows"))
 }

@@ -28,6 +28,7 @@
 //! first fitted on) is 8 % under the term. tests/it/vllm_public_logs.rs
 //! `the_cuda_graph_term_covers_every_v2_capture_logged` holds the table.
 
+use super::VllmMemoryError;
 use optimizer_model::ModelSpec;
 
 use super::Params;
@@ -69,16 +70,20 @@ pub fn capture_sizes(
     v
 }
 
-pub fn cuda_graph_bytes(model: &ModelSpec, p: &Params, max_graph_size: u32) -> Result<u64, String> {
+pub fn cuda_graph_bytes(
+    model: &ModelSpec,
+    p: &Params,
+    max_graph_size: u32,
+) -> Result<u64, VllmMemoryError> {
     let sizes = capture_sizes(p.max_num_seqs, p.max_num_batched_tokens, max_graph_size);
     let piecewise = sizes.len() as u64;
     let full = sizes.iter().filter(|&&s| s <= p.max_num_seqs).count() as u64;
     let layers = model.hparams.block_count.unwrap_or(0);
     let per_graph = layers
         .checked_mul(CUDA_GRAPH_BYTES_PER_GRAPH_LAYER)
-        .ok_or("CUDA graph bytes overflow")?
+        .ok_or(VllmMemoryError::Overflow("CUDA graph bytes overflow"))?
         .max(MIN_GRAPH_BYTES);
     (piecewise + full)
         .checked_mul(per_graph)
-        .ok_or_else(|| "CUDA graph bytes overflow".to_string())
+        .ok_or(VllmMemoryError::Overflow("CUDA graph bytes overflow"))
 }

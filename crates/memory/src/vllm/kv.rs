@@ -23,6 +23,7 @@
 //! - Admission (`get_kv_cache_configs`, `_check_enough_kv_cache_memory`): the sum of every layer's need must fit in
 //!   `available − bytes_per_block` (the null block `BlockPool` holds back).
 
+use super::VllmMemoryError;
 use optimizer_model::ModelSpec;
 
 use super::weights::kv_heads_per_rank;
@@ -41,13 +42,13 @@ fn kv_dtype_bytes(p: &Params) -> u64 {
     }
 }
 
-fn mul(a: u64, b: u64) -> Result<u64, String> {
+fn mul(a: u64, b: u64) -> Result<u64, VllmMemoryError> {
     a.checked_mul(b)
-        .ok_or_else(|| "KV cache size overflows".to_string())
+        .ok_or(VllmMemoryError::Overflow("KV cache size overflows"))
 }
 
 /// Per-request pages of one layer of `kind`.
-fn pages_per_request(kind: LayerKind, p: &Params) -> Result<u64, String> {
+fn pages_per_request(kind: LayerKind, p: &Params) -> Result<u64, VllmMemoryError> {
     let bs = u64::from(p.block_size);
     let len = u64::from(p.max_model_len);
     Ok(match kind {
@@ -57,29 +58,33 @@ fn pages_per_request(kind: LayerKind, p: &Params) -> Result<u64, String> {
             let tokens = window
                 .saturating_sub(1)
                 .checked_add(inflight)
-                .ok_or("sliding window overflows")?
+                .ok_or(VllmMemoryError::Overflow("sliding window overflows"))?
                 .min(len);
             tokens.div_ceil(bs) + 1
         }
     })
 }
 
-pub(super) fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
+pub(super) fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, VllmMemoryError> {
     if p.block_size == 0 || p.tensor_parallel == 0 || p.max_model_len == 0 {
-        return Err("block size, tensor parallel size and max_model_len must be positive".into());
-    }
-    let h = &model.hparams;
-    let layers = h
-        .block_count
-        .ok_or("the model declares no layer count (num_hidden_layers)")?;
-    if layers == 0 || layers > optimizer_model::MAX_BLOCKS {
-        return Err(format!(
-            "layer count {layers} is outside 1..={}",
-            optimizer_model::MAX_BLOCKS
+        return Err(VllmMemoryError::Params(
+            "block size, tensor parallel size and max_model_len must be positive".into(),
         ));
     }
+    let h = &model.hparams;
+    let layers = h.block_count.ok_or(VllmMemoryError::Missing(
+        "the model declares no layer count (num_hidden_layers)",
+    ))?;
+    if layers == 0 || layers > optimizer_model::MAX_BLOCKS {
+        return Err(VllmMemoryError::Params(format!(
+            "layer count {layers} is outside 1..={}",
+            optimizer_model::MAX_BLOCKS
+        )));
+    }
     if h.recurrent_layers.iter().any(|&r| r) {
-        return Err("recurrent (Mamba/linear-attention) layers are not modelled for vLLM".into());
+        return Err(VllmMemoryError::Unsupported(
+            "recurrent (Mamba/linear-attention) layers are not modelled for vLLM".into(),
+        ));
     }
     let bs = u64::from(p.block_size);
     let tp = u64::from(p.tensor_parallel);
@@ -87,33 +92,40 @@ pub(super) fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
     let mla = h.kv_lora_rank.is_some();
     let page = if mla {
         let rank = h.kv_lora_rank.unwrap_or(0);
-        let rope = h
-            .rope
-            .as_ref()
-            .and_then(|r| r.dimension_count)
-            .ok_or("MLA model without qk_rope_head_dim")?;
-        let head = rank.checked_add(rope).ok_or("MLA head size overflows")?;
+        let rope =
+            h.rope
+                .as_ref()
+                .and_then(|r| r.dimension_count)
+                .ok_or(VllmMemoryError::Missing(
+                    "MLA model without qk_rope_head_dim",
+                ))?;
+        let head = rank
+            .checked_add(rope)
+            .ok_or(VllmMemoryError::Overflow("MLA head size overflows"))?;
         mul(mul(bs, head)?, dt)?
     } else {
         let heads = h
             .head_count
             .as_ref()
             .map(|x| x.max())
-            .ok_or("no attention head count")?;
+            .ok_or(VllmMemoryError::Missing("no attention head count"))?;
         let kvh = h.head_count_kv.as_ref().map(|x| x.max()).unwrap_or(heads);
         let per = kv_heads_per_rank(kvh, tp)?;
-        let k = h.key_length.ok_or("no head size")?;
+        let k = h
+            .key_length
+            .ok_or(VllmMemoryError::Missing("no head size"))?;
         let v = h.value_length.unwrap_or(k);
         mul(
             mul(
                 mul(per, bs)?,
-                k.checked_add(v).ok_or("head size overflows")?,
+                k.checked_add(v)
+                    .ok_or(VllmMemoryError::Overflow("head size overflows"))?,
             )?,
             dt,
         )?
     };
     if page == 0 {
-        return Err("KV page of 0 bytes".into());
+        return Err(VllmMemoryError::Params("KV page of 0 bytes".into()));
     }
     let kinds: Vec<LayerKind> = (0..layers as usize)
         .map(|l| {
@@ -153,14 +165,14 @@ pub(super) fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
         let need = pages_per_request(*kind, p)?;
         blocks_per_request = blocks_per_request
             .checked_add(mul(num_groups, need)?)
-            .ok_or("blocks per request overflow")?;
+            .ok_or(VllmMemoryError::Overflow("blocks per request overflow"))?;
         groups.push((*kind, *n, num_groups));
     }
     let mut min_bytes = 0u64;
     for k in &kinds {
         min_bytes = min_bytes
             .checked_add(mul(pages_per_request(*k, p)?, page)?)
-            .ok_or("KV need overflows")?;
+            .ok_or(VllmMemoryError::Overflow("KV need overflows"))?;
     }
     Ok(Kv {
         page_bytes: mul(page, layers)?,

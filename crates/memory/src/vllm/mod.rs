@@ -211,53 +211,99 @@ const QUANT_METHODS: &[&str] = &[
     "mxfp4",
 ];
 
+/// Why the vLLM memory model cannot size a checkpoint at given parameters. The planner refuses such a model
+/// (exit 4, naming the file) or, from [`admit`], says vLLM does not serve it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VllmMemoryError {
+    /// A size past 64 bits: a hostile or absurd hyper-parameter.
+    #[error("{0}")]
+    Overflow(&'static str),
+    /// A hyper-parameter the sizing needs and the model does not declare.
+    #[error("{0}")]
+    Missing(&'static str),
+    /// A tensor whose bytes per rank cannot be computed.
+    #[error("tensor {tensor}: {defect}")]
+    Tensor {
+        tensor: String,
+        defect: &'static str,
+    },
+    /// Heads, vocabulary or a tensor that does not divide over the tensor-parallel ranks the way vLLM splits it.
+    #[error("{0}")]
+    Split(String),
+    /// What vLLM (or this model of it) does not serve: the format, recurrent layers, a quantization method.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Parameters outside what vLLM accepts (a zero block size or tensor-parallel size, a layer count past
+    /// `MAX_BLOCKS`).
+    #[error("{0}")]
+    Params(String),
+    /// The requested memory leaves nothing for the KV cache (vLLM: "No available memory for the cache blocks").
+    #[error(
+        "requested {requested} bytes leave nothing for the KV cache after weights, activation and CUDA graphs ({used} bytes)"
+    )]
+    NoRoomForKv { requested: u64, used: u64 },
+}
+
+impl VllmMemoryError {
+    fn tensor(name: &str, defect: &'static str) -> Self {
+        VllmMemoryError::Tensor {
+            tensor: name.to_string(),
+            defect,
+        }
+    }
+}
+
 /// Whether vLLM (and this model of it) handles the checkpoint: safetensors, attention-only layers with known
 /// head counts, and a quantization sized as stored.
-pub fn admit(model: &ModelSpec) -> Result<(), String> {
+pub fn admit(model: &ModelSpec) -> Result<(), VllmMemoryError> {
     if model.format != Format::Safetensors {
-        return Err(
+        return Err(VllmMemoryError::Unsupported(
             "vLLM plans are made for safetensors checkpoints; a GGUF model runs on llama.cpp"
                 .into(),
-        );
+        ));
     }
     let h = &model.hparams;
     if h.block_count.is_none() {
-        return Err("config.json declares no num_hidden_layers".into());
+        return Err(VllmMemoryError::Missing(
+            "config.json declares no num_hidden_layers",
+        ));
     }
     if h.head_count.is_none() {
-        return Err("config.json declares no num_attention_heads".into());
+        return Err(VllmMemoryError::Missing(
+            "config.json declares no num_attention_heads",
+        ));
     }
     if h.key_length.is_none() && h.kv_lora_rank.is_none() {
-        return Err(
-            "config.json gives no head size (head_dim or hidden_size / num_attention_heads)".into(),
-        );
+        return Err(VllmMemoryError::Missing(
+            "config.json gives no head size (head_dim or hidden_size / num_attention_heads)",
+        ));
     }
     if h.recurrent_layers.iter().any(|&r| r) {
-        return Err(format!(
+        return Err(VllmMemoryError::Unsupported(format!(
             "{}: recurrent (state-space or linear-attention) layers are not modelled for vLLM",
             model.architecture
-        ));
+        )));
     }
     if let Some(q) = &h.quantization
         && !QUANT_METHODS.contains(&q.method.as_str())
     {
-        return Err(format!(
+        return Err(VllmMemoryError::Unsupported(format!(
             "quantization method {:?} is not one of {QUANT_METHODS:?}",
             q.method
-        ));
+        )));
     }
     Ok(())
 }
 
-pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, String> {
+pub fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, VllmMemoryError> {
     weights::weights(model, tp, dtype)
 }
 
-pub fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, String> {
+pub fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, VllmMemoryError> {
     kv::kv(model, p)
 }
 
-pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, String> {
+pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, VllmMemoryError> {
     let weights = weights::weights(model, p.tensor_parallel, p.dtype)?;
     let non_torch_bytes = if p.tensor_parallel > 1 {
         NON_TORCH_TP_BYTES
@@ -294,13 +340,13 @@ pub fn requested_bytes(total_gpu_bytes: u64, gpu_memory_utilization: f64) -> u64
 /// `available_kv_cache_memory_bytes` (gpu_worker.py `determine_available_memory`): requested minus weights,
 /// the runner's buffers, activation peak and CUDA graph estimate; Err when nothing is left (vLLM: "No
 /// available memory for the cache blocks").
-pub fn available_kv_bytes(requested: u64, non_kv: &NonKv) -> Result<u64, String> {
-    let used = non_kv.in_budget_bytes().ok_or("non-KV bytes overflow")?;
+pub fn available_kv_bytes(requested: u64, non_kv: &NonKv) -> Result<u64, VllmMemoryError> {
+    let used = non_kv
+        .in_budget_bytes()
+        .ok_or(VllmMemoryError::Overflow("non-KV bytes overflow"))?;
     match requested.checked_sub(used) {
         Some(v) if v > 0 => Ok(v),
-        _ => Err(format!(
-            "requested {requested} bytes leave nothing for the KV cache after weights, activation and CUDA graphs ({used} bytes)"
-        )),
+        _ => Err(VllmMemoryError::NoRoomForKv { requested, used }),
     }
 }
 

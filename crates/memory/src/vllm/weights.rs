@@ -40,6 +40,7 @@
 //! activation dtype. Marlin repacking (`gptq_marlin_repack`, `awq_marlin_repack`) permutes packed weights without
 //! changing their element count; its small per-layer workspace is not counted (approximation, under 1 MiB).
 
+use super::VllmMemoryError;
 use optimizer_model::{
     Dtype as FileDtype, LinearBias, ModelSpec, Role, TensorInfo, safetensors::StDtype,
 };
@@ -222,7 +223,7 @@ const F32_PARAMETERS: &[&str] = &["e_score_correction_bias"];
 /// Bytes vLLM allocates for a tensor before splitting: floating tensors that are not quantization state are
 /// created in `--dtype` (except [`F32_PARAMETERS`], four bytes an element); everything else keeps its stored
 /// bytes.
-fn loaded_bytes(t: &TensorInfo, dtype: Dtype) -> Result<u64, String> {
+fn loaded_bytes(t: &TensorInfo, dtype: Dtype) -> Result<u64, VllmMemoryError> {
     let floating = matches!(
         t.dtype,
         FileDtype::Safetensors(StDtype::F32 | StDtype::F16 | StDtype::BF16 | StDtype::F64)
@@ -231,69 +232,78 @@ fn loaded_bytes(t: &TensorInfo, dtype: Dtype) -> Result<u64, String> {
         return t
             .elements
             .checked_mul(4)
-            .ok_or_else(|| format!("tensor {}: bytes overflow", t.name));
+            .ok_or_else(|| VllmMemoryError::tensor(&t.name, "bytes overflow"));
     }
     if floating && t.role != Role::QuantState {
         t.elements
             .checked_mul(dtype.bytes())
-            .ok_or_else(|| format!("tensor {}: bytes overflow", t.name))
+            .ok_or_else(|| VllmMemoryError::tensor(&t.name, "bytes overflow"))
     } else {
         Ok(t.bytes)
     }
 }
 
 /// Heads of query and key/value per rank, with vLLM's `QKVParallelLinear` rule.
-pub fn kv_heads_per_rank(kv_heads: u64, tp: u64) -> Result<u64, String> {
+pub fn kv_heads_per_rank(kv_heads: u64, tp: u64) -> Result<u64, VllmMemoryError> {
     if kv_heads == 0 || tp == 0 {
-        return Err(format!(
+        return Err(VllmMemoryError::Params(format!(
             "kv heads {kv_heads} and tensor parallel {tp} must be positive"
-        ));
+        )));
     }
     if tp >= kv_heads {
         if !tp.is_multiple_of(kv_heads) {
-            return Err(format!(
+            return Err(VllmMemoryError::Split(format!(
                 "tensor parallel {tp} is not a multiple of the {kv_heads} KV heads (vLLM QKVParallelLinear replicates whole heads)"
-            ));
+            )));
         }
         Ok(1)
     } else if !kv_heads.is_multiple_of(tp) {
-        Err(format!(
+        Err(VllmMemoryError::Split(format!(
             "{kv_heads} KV heads do not divide evenly over tensor parallel {tp}"
-        ))
+        )))
     } else {
         Ok(kv_heads / tp)
     }
 }
 
 /// `pad_vocab_size` (vocab_parallel_embedding.py).
-pub fn pad_vocab(vocab: u64) -> Result<u64, String> {
+pub fn pad_vocab(vocab: u64) -> Result<u64, VllmMemoryError> {
     vocab
         .checked_add(VOCAB_PADDING - 1)
         .map(|v| v / VOCAB_PADDING * VOCAB_PADDING)
-        .ok_or_else(|| "vocabulary size overflows".to_string())
+        .ok_or(VllmMemoryError::Overflow("vocabulary size overflows"))
 }
 
-fn scale(bytes: u64, num: u64, den: u64, name: &str) -> Result<u64, String> {
+fn scale(bytes: u64, num: u64, den: u64, name: &str) -> Result<u64, VllmMemoryError> {
     if den == 0 {
-        return Err(format!("tensor {name}: zero-sized split"));
+        return Err(VllmMemoryError::tensor(name, "zero-sized split"));
     }
     let v = u128::from(bytes) * u128::from(num);
-    u64::try_from(v.div_ceil(u128::from(den))).map_err(|_| format!("tensor {name}: bytes overflow"))
+    u64::try_from(v.div_ceil(u128::from(den)))
+        .map_err(|_| VllmMemoryError::tensor(name, "bytes overflow"))
 }
 
 /// Weights per rank; see the module doc for the rules.
-pub(super) fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWeights, String> {
+pub(super) fn weights(
+    model: &ModelSpec,
+    tp: u32,
+    dtype: Dtype,
+) -> Result<RankWeights, VllmMemoryError> {
     let tp = u64::from(tp);
     if tp == 0 {
-        return Err("tensor parallel size must be at least 1".into());
+        return Err(VllmMemoryError::Params(
+            "tensor parallel size must be at least 1".into(),
+        ));
     }
     let h = &model.hparams;
     let heads = h.head_count.as_ref().map(|p| p.max());
     let kv_heads = h.head_count_kv.as_ref().map(|p| p.max()).or(heads);
     let mut out = RankWeights::default();
     let mut per_rank: u64 = 0;
-    let add = |acc: &mut u64, v: u64| -> Result<(), String> {
-        *acc = acc.checked_add(v).ok_or("per-rank bytes overflow")?;
+    let add = |acc: &mut u64, v: u64| -> Result<(), VllmMemoryError> {
+        *acc = acc
+            .checked_add(v)
+            .ok_or(VllmMemoryError::Overflow("per-rank bytes overflow"))?;
         Ok(())
     };
     for t in &model.tensors {
@@ -317,10 +327,10 @@ pub(super) fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWe
             }
             Split::Even => {
                 if !t.shape.iter().any(|&d| d.is_multiple_of(tp)) {
-                    return Err(format!(
+                    return Err(VllmMemoryError::Split(format!(
                         "tensor {} (shape {:?}) does not split evenly over tensor parallel {tp}",
                         t.name, t.shape
-                    ));
+                    )));
                 }
                 scale(bytes, 1, tp, &t.name)?
             }
@@ -328,30 +338,31 @@ pub(super) fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWe
                 let rows = h
                     .vocab_size
                     .or_else(|| t.shape.first().copied())
-                    .ok_or_else(|| format!("tensor {}: no vocabulary size", t.name))?;
+                    .ok_or_else(|| VllmMemoryError::tensor(&t.name, "no vocabulary size"))?;
                 let file_rows = t.shape.first().copied().unwrap_or(0).max(1);
                 let padded = pad_vocab(rows)?;
                 if !padded.is_multiple_of(tp) {
-                    return Err(format!(
+                    return Err(VllmMemoryError::Split(format!(
                         "padded vocabulary {padded} does not divide over tensor parallel {tp}"
-                    ));
+                    )));
                 }
                 // bytes per row from the file's own rows; rows held per rank from vLLM's padded vocabulary.
                 scale(bytes, padded / tp, file_rows, &t.name)?
             }
             Split::KvHeads => {
-                let kv = kv_heads.ok_or_else(|| format!("tensor {}: no KV head count", t.name))?;
+                let kv =
+                    kv_heads.ok_or_else(|| VllmMemoryError::tensor(&t.name, "no KV head count"))?;
                 let per = kv_heads_per_rank(kv, tp)?;
                 scale(bytes, per, kv, &t.name)?
             }
             Split::FusedQkv => {
-                let q = heads.ok_or_else(|| format!("tensor {}: no head count", t.name))?;
+                let q = heads.ok_or_else(|| VllmMemoryError::tensor(&t.name, "no head count"))?;
                 let kv = kv_heads.unwrap_or(q);
                 let per = kv_heads_per_rank(kv, tp)?;
                 if !q.is_multiple_of(tp) {
-                    return Err(format!(
+                    return Err(VllmMemoryError::Split(format!(
                         "{q} attention heads do not divide over tensor parallel {tp}"
-                    ));
+                    )));
                 }
                 let total = q + 2 * kv;
                 scale(bytes, q / tp + 2 * per, total, &t.name)?
@@ -377,7 +388,7 @@ pub(super) fn weights(model: &ModelSpec, tp: u32, dtype: Dtype) -> Result<RankWe
 /// (yarn_scaling_rope.py and deepseek_scaling_rope.py `_compute_cos_sin_cache`) and `max_position × factor`
 /// for `linear` (linear_scaling_rope.py). Gemma 3 builds a second rope for its local layers
 /// (`rope_local_base_freq`, models/gemma3.py): counted as a second cache of the same length (approximation).
-fn rope_cache_bytes(model: &ModelSpec, dtype: Dtype) -> Result<u64, String> {
+fn rope_cache_bytes(model: &ModelSpec, dtype: Dtype) -> Result<u64, VllmMemoryError> {
     let h = &model.hparams;
     let Some(max_pos) = h.context_length else {
         return Ok(0);
@@ -409,12 +420,16 @@ fn rope_cache_bytes(model: &ModelSpec, dtype: Dtype) -> Result<u64, String> {
         .checked_mul(rotary_dim)
         .and_then(|v| v.checked_mul(dtype.bytes()))
         .and_then(|v| v.checked_mul(caches))
-        .ok_or_else(|| "rope cache bytes overflow".to_string())
+        .ok_or(VllmMemoryError::Overflow("rope cache bytes overflow"))
 }
 
 /// MLA's `W_UK_T` and `W_UV`: per layer `kv_lora_rank × heads_per_rank × (qk_nope + v_head)` elements in the
 /// activation dtype, beside `kv_b_proj` which vLLM keeps for prefill.
-fn mla_decompressed_bytes(model: &ModelSpec, tp: u64, dtype: Dtype) -> Result<u64, String> {
+fn mla_decompressed_bytes(
+    model: &ModelSpec,
+    tp: u64,
+    dtype: Dtype,
+) -> Result<u64, VllmMemoryError> {
     let h = &model.hparams;
     let Some(rank) = h.kv_lora_rank else {
         return Ok(0);
@@ -426,9 +441,9 @@ fn mla_decompressed_bytes(model: &ModelSpec, tp: u64, dtype: Dtype) -> Result<u6
         .count() as u64;
     let heads = h.head_count.as_ref().map(|p| p.max()).unwrap_or(0);
     if !heads.is_multiple_of(tp) {
-        return Err(format!(
+        return Err(VllmMemoryError::Split(format!(
             "{heads} attention heads do not divide over tensor parallel {tp}"
-        ));
+        )));
     }
     let rope = h.rope.as_ref().and_then(|r| r.dimension_count).unwrap_or(0);
     let nope = h.key_length.unwrap_or(0).saturating_sub(rope);
@@ -438,5 +453,7 @@ fn mla_decompressed_bytes(model: &ModelSpec, tp: u64, dtype: Dtype) -> Result<u6
         .and_then(|x| x.checked_mul(heads / tp))
         .and_then(|x| x.checked_mul(nope.checked_add(v)?))
         .and_then(|x| x.checked_mul(dtype.bytes()))
-        .ok_or_else(|| "MLA decompressed weight bytes overflow".to_string())
+        .ok_or(VllmMemoryError::Overflow(
+            "MLA decompressed weight bytes overflow",
+        ))
 }

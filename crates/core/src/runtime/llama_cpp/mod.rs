@@ -536,7 +536,7 @@ impl Runtime for LlamaCpp<'_> {
         )
     }
 
-    fn evaluate(&self, p: &Point, ctx_seq: u32) -> Result<Eval, String> {
+    fn evaluate(&self, p: &Point, ctx_seq: u32) -> Result<Eval, PlanError> {
         let fleet = self.req.fleet;
         let machine = self.machine(&p.gpus);
         let params = self.params(p, ctx_seq);
@@ -558,7 +558,7 @@ impl Runtime for LlamaCpp<'_> {
             Ok(e) => e,
             // A defect of the model (an out-of-range hyper-parameter, an overflow at any size) is no candidate
             // that failed to fit: the planner stops and names the file (exit 4).
-            Err(e) if e.is_model_defect() => return Err(e.to_string()),
+            Err(e) if e.is_model_defect() => return Err(e.into()),
             Err(_) => return Ok(failed()),
         };
         let threads = self.threads(p);

@@ -127,7 +127,7 @@ impl Runtime for Torch<'_> {
         }
     }
 
-    fn evaluate(&self, p: &Point, size: u32) -> Result<Eval, String> {
+    fn evaluate(&self, p: &Point, size: u32) -> Result<Eval, crate::runtime::PlanError> {
         let micro = self.micro(size);
         let b = self.breakdown(p, micro);
         let (gpu_over, host_over) = self.overflow(&b);

@@ -87,7 +87,7 @@ impl<'a> Vllm<'a> {
                 "a GGUF file: vLLM plans cover safetensors checkpoints (vLLM's GGUF loader is experimental and not modelled); plan it with llama.cpp (the default for GGUF)".into(),
             ));
         }
-        mem::admit(model).map_err(PlanError::UnsupportedFormat)?;
+        mem::admit(model).map_err(|e| PlanError::UnsupportedFormat(e.to_string()))?;
         let n_layer = model
             .hparams
             .block_count
@@ -218,7 +218,7 @@ impl<'a> Vllm<'a> {
     }
 
     /// The memory plan of a point at a length: per GPU of the group, the KV cache taking what is left.
-    fn memory(&self, p: &Point, len: u32) -> Result<PlanMemory, String> {
+    fn memory(&self, p: &Point, len: u32) -> Result<PlanMemory, PlanError> {
         let params = self.params(p, len);
         let nk = mem::non_kv(self.req.model, &params)?;
         let kv = mem::kv(self.req.model, &params)?;
@@ -230,7 +230,9 @@ impl<'a> Vllm<'a> {
         let needed = kv
             .min_bytes
             .checked_mul(u64::from(p.max_num_seqs))
-            .ok_or_else(|| "the KV cache the sequences need overflows 64 bits".to_string())?;
+            .ok_or_else(|| {
+                PlanError::Model("the KV cache the sequences need overflows 64 bits".to_string())
+            })?;
         let room = cap.saturating_sub(reserve);
         let left = room.saturating_sub(non_kv);
         // Whole blocks only: vLLM divides the bytes by the page size.

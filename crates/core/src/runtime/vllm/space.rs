@@ -55,7 +55,7 @@ impl Runtime for Vllm<'_> {
         )
     }
 
-    fn evaluate(&self, p: &Point, len: u32) -> Result<Eval, String> {
+    fn evaluate(&self, p: &Point, len: u32) -> Result<Eval, crate::runtime::PlanError> {
         let m = self.memory(p, len)?;
         let w = self.workload();
         let mut memory = Vec::with_capacity(p.gpus.len());
