@@ -132,9 +132,7 @@ pub fn calibrate(
     // The rows of each step's repetitions, in the order they were recorded.
     let mut rows: Vec<(crate::calibrate::cpu::Step, i64)> = Vec::new();
     let outcome = crate::calibrate::cpu::run(bench, &plan, stop, progress, &mut |m| {
-        let row = store
-            .record(run, &to_measurement(m, &device, &isa))
-            .map_err(|e| e.to_string())?;
+        let row = store.record(run, &to_measurement(m, &device, &isa))?;
         rows.push((m.step, row));
         Ok(())
     })

@@ -127,7 +127,7 @@ fn import_load_log(
             anyhow::anyhow!("{}: {m}", file.display()),
         )
     };
-    let log = load_log::parse(text).map_err(invalid)?;
+    let log = load_log::parse(text).map_err(|e| invalid(e.to_string()))?;
     let Some(model) = model else {
         return Err(Failure::new(
             exit::USAGE,
@@ -141,7 +141,7 @@ fn import_load_log(
             log.loads
         )));
     }
-    let (totals, other) = log.totals().map_err(invalid)?;
+    let (totals, other) = log.totals().map_err(|e| invalid(e.to_string()))?;
     if totals.is_empty() {
         return Err(invalid(
             "no buffer size lines for a device the planner models".into(),
@@ -155,7 +155,7 @@ fn import_load_log(
             anyhow::anyhow!("{}: not a load of {}: {e}", file.display(), model.display()),
         )
     })?;
-    let params = log.params().map_err(invalid)?;
+    let params = log.params().map_err(|e| invalid(e.to_string()))?;
     let est = estimate(
         sources,
         &EstimateRequest {

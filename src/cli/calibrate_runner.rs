@@ -105,7 +105,7 @@ pub(super) fn sweep(args: &RunnerArgs, cores: u32) -> Result<Sweep, Failure> {
         gen_tokens,
         repetitions,
     };
-    s.validate().map_err(usage)?;
+    s.validate().map_err(|e| Failure::new(exit::USAGE, e))?;
     Ok(s)
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use optimizer::app::{self, CalibrateRequest, Sources};
 use optimizer::calibrate::cpu::kernels::DotType;
-use optimizer::calibrate::cpu::{Budget, CpuBench, Sample, Stream};
+use optimizer::calibrate::cpu::{Budget, CpuBench, CpuBenchError, Sample, Stream};
 use optimizer::calibrate::gpu::{self, GpuBench, MockBench};
 use optimizer::perf::REFERENCE;
 
@@ -33,14 +33,20 @@ impl CpuBench for Scaled {
     fn isa(&self) -> String {
         REFERENCE.isa.into()
     }
-    fn stream(&mut self, s: Stream, threads: u32, _: u64, _: Budget) -> Result<Sample, String> {
+    fn stream(
+        &mut self,
+        s: Stream,
+        threads: u32,
+        _: u64,
+        _: Budget,
+    ) -> Result<Sample, CpuBenchError> {
         let v = 12e9 * f64::from(threads.min(2)) * s.arrays() as f64;
         Ok(Sample {
             best: v,
             samples: vec![v],
         })
     }
-    fn fma(&mut self, threads: u32, _: Budget) -> Result<Sample, String> {
+    fn fma(&mut self, threads: u32, _: Budget) -> Result<Sample, CpuBenchError> {
         let v = self.0 * REFERENCE.fma_flops_per_thread * f64::from(threads);
         Ok(Sample {
             best: v,
@@ -54,7 +60,7 @@ impl CpuBench for Scaled {
         _: usize,
         threads: u32,
         _: Budget,
-    ) -> Result<Sample, String> {
+    ) -> Result<Sample, CpuBenchError> {
         let per = REFERENCE
             .dot_per_thread
             .iter()
@@ -421,12 +427,18 @@ impl CpuBench for Small {
             available_bytes: Some(1 << 30),
         }
     }
-    fn stream(&mut self, s: Stream, threads: u32, bytes: u64, b: Budget) -> Result<Sample, String> {
+    fn stream(
+        &mut self,
+        s: Stream,
+        threads: u32,
+        bytes: u64,
+        b: Budget,
+    ) -> Result<Sample, CpuBenchError> {
         self.most_threads = self.most_threads.max(threads);
         self.most_bytes = self.most_bytes.max(bytes);
         Scaled(1.0).stream(s, threads, bytes, b)
     }
-    fn fma(&mut self, threads: u32, b: Budget) -> Result<Sample, String> {
+    fn fma(&mut self, threads: u32, b: Budget) -> Result<Sample, CpuBenchError> {
         self.most_threads = self.most_threads.max(threads);
         Scaled(1.0).fma(threads, b)
     }
@@ -437,7 +449,7 @@ impl CpuBench for Small {
         cols: usize,
         threads: u32,
         b: Budget,
-    ) -> Result<Sample, String> {
+    ) -> Result<Sample, CpuBenchError> {
         self.most_threads = self.most_threads.max(threads);
         Scaled(1.0).dot(t, rows, cols, threads, b)
     }
@@ -512,10 +524,16 @@ impl CpuBench for Unoptimized {
     fn optimized(&self) -> bool {
         false
     }
-    fn stream(&mut self, s: Stream, t: u32, b: u64, budget: Budget) -> Result<Sample, String> {
+    fn stream(
+        &mut self,
+        s: Stream,
+        t: u32,
+        b: u64,
+        budget: Budget,
+    ) -> Result<Sample, CpuBenchError> {
         Scaled(1.0).stream(s, t, b, budget)
     }
-    fn fma(&mut self, t: u32, budget: Budget) -> Result<Sample, String> {
+    fn fma(&mut self, t: u32, budget: Budget) -> Result<Sample, CpuBenchError> {
         Scaled(1.0).fma(t, budget)
     }
     fn dot(
@@ -525,7 +543,7 @@ impl CpuBench for Unoptimized {
         c: usize,
         t: u32,
         budget: Budget,
-    ) -> Result<Sample, String> {
+    ) -> Result<Sample, CpuBenchError> {
         Scaled(1.0).dot(d, r, c, t, budget)
     }
 }

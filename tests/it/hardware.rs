@@ -647,7 +647,7 @@ fn macos_sysctl_output_parses_into_an_apple_gpu() {
             "not Apple",
         ),
     ] {
-        let e = hardware::macos::parse_sysctl(text).unwrap_err();
+        let e = hardware::macos::parse_sysctl(text).unwrap_err().to_string();
         assert!(e.contains(needle), "{text:?}: {e}");
     }
 }

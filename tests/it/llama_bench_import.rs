@@ -80,7 +80,7 @@ fn malformed_outputs_are_refused_with_the_defect() {
         ),
         ("[{\"avg_ts\": 1", "JSON"),
     ] {
-        let err = parse(text).unwrap_err();
+        let err = parse(text).unwrap_err().to_string();
         assert!(err.contains(want), "{text:?}: {err}");
     }
 }

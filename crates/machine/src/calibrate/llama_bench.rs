@@ -48,16 +48,79 @@ impl BenchRow {
     }
 }
 
+/// Why a file does not read as `llama-bench` results.
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaBenchError {
+    /// A JSON array (`-o json`) that does not parse.
+    #[error("JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    /// A JSON line (`-o jsonl`) that does not parse; `line` counts non-blank lines from 1.
+    #[error("JSON line {line}: {source}")]
+    JsonLine {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{rows} rows: more than {MAX_ROWS}")]
+    TooManyRows { rows: usize },
+    /// A result (1-based) that does not read as one.
+    #[error("row {row}: {source}")]
+    Row {
+        row: usize,
+        #[source]
+        source: RowError,
+    },
+    #[error("empty file")]
+    Empty,
+    /// A CSV header without the result column: not llama-bench's output in any format.
+    #[error("not llama-bench output: no avg_ts column (expected JSON, JSON lines, CSV or SQL)")]
+    NoAvgTs,
+    /// A CSV line (1-based, the header being line 1) with another number of fields than the header.
+    #[error("CSV line {line}: {fields} fields for {columns} columns")]
+    CsvFields {
+        line: usize,
+        fields: usize,
+        columns: usize,
+    },
+    #[error("unterminated quote in {text:?}")]
+    UnterminatedQuote { text: String },
+    /// The in-memory database the SQL output is executed in could not be opened.
+    #[error("{0}")]
+    Database(#[source] rusqlite::Error),
+    #[error("SQL: {0}")]
+    Sql(#[source] rusqlite::Error),
+}
+
+/// Why one result does not read as a [`BenchRow`]; `field` is the column.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RowError {
+    #[error("no {field}")]
+    Missing { field: &'static str },
+    #[error("{field} {value:?} is not a finite number")]
+    NotANumber { field: &'static str, value: String },
+    #[error("{field} {value} is not an integer")]
+    NotAnInteger { field: &'static str, value: f64 },
+    #[error("{field} {value} is out of range")]
+    OutOfRange { field: &'static str, value: i64 },
+    #[error("avg_ts {0} is not positive")]
+    NotPositive(f64),
+}
+
 /// Parses `text` in whichever format it is: a JSON array, JSON lines, CSV with a header, or SQL statements.
-pub fn parse(text: &str) -> Result<Vec<BenchRow>, String> {
+pub fn parse(text: &str) -> Result<Vec<BenchRow>, LlamaBenchError> {
     let t = text.trim_start();
     let rows: Vec<Value> = if t.starts_with('[') {
-        serde_json::from_str::<Vec<Value>>(t).map_err(|e| format!("JSON: {e}"))?
+        serde_json::from_str::<Vec<Value>>(t).map_err(LlamaBenchError::Json)?
     } else if t.starts_with('{') {
         t.lines()
             .filter(|l| !l.trim().is_empty())
             .enumerate()
-            .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("JSON line {}: {e}", i + 1)))
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|source| LlamaBenchError::JsonLine {
+                    line: i + 1,
+                    source,
+                })
+            })
             .collect::<Result<_, _>>()?
     } else if t.to_ascii_uppercase().starts_with("CREATE TABLE") || t.starts_with("INSERT") {
         from_sql(t)?
@@ -65,11 +128,11 @@ pub fn parse(text: &str) -> Result<Vec<BenchRow>, String> {
         from_csv(t)?
     };
     if rows.len() > MAX_ROWS {
-        return Err(format!("{} rows: more than {MAX_ROWS}", rows.len()));
+        return Err(LlamaBenchError::TooManyRows { rows: rows.len() });
     }
     rows.iter()
         .enumerate()
-        .map(|(i, v)| row(v).map_err(|e| format!("row {}: {e}", i + 1)))
+        .map(|(i, v)| row(v).map_err(|source| LlamaBenchError::Row { row: i + 1, source }))
         .collect()
 }
 
@@ -83,8 +146,8 @@ fn text(v: &Value, k: &str) -> Option<String> {
     }
 }
 
-fn number(v: &Value, k: &str) -> Result<f64, String> {
-    let s = text(v, k).ok_or_else(|| format!("no {k}"))?;
+fn number(v: &Value, k: &'static str) -> Result<f64, RowError> {
+    let s = text(v, k).ok_or(RowError::Missing { field: k })?;
     match s.as_str() {
         "true" => Ok(1.0),
         "false" => Ok(0.0),
@@ -92,32 +155,38 @@ fn number(v: &Value, k: &str) -> Result<f64, String> {
             .parse::<f64>()
             .ok()
             .filter(|x| x.is_finite())
-            .ok_or_else(|| format!("{k} {s:?} is not a finite number")),
+            .ok_or(RowError::NotANumber { field: k, value: s }),
     }
 }
 
-fn integer<T: TryFrom<i64>>(v: &Value, k: &str, default: Option<i64>) -> Result<T, String> {
+fn integer<T: TryFrom<i64>>(
+    v: &Value,
+    k: &'static str,
+    default: Option<i64>,
+) -> Result<T, RowError> {
     let n = match (text(v, k), default) {
         (None, Some(d)) => d,
         _ => {
             let x = number(v, k)?;
             if x.fract() != 0.0 || x.abs() > 2f64.powi(53) {
-                return Err(format!("{k} {x} is not an integer"));
+                return Err(RowError::NotAnInteger { field: k, value: x });
             }
             x as i64
         }
     };
-    T::try_from(n).map_err(|_| format!("{k} {n} is out of range"))
+    T::try_from(n).map_err(|_| RowError::OutOfRange { field: k, value: n })
 }
 
-fn row(v: &Value) -> Result<BenchRow, String> {
+fn row(v: &Value) -> Result<BenchRow, RowError> {
     let avg_ts = number(v, "avg_ts")?;
     if avg_ts <= 0.0 {
-        return Err(format!("avg_ts {avg_ts} is not positive"));
+        return Err(RowError::NotPositive(avg_ts));
     }
     Ok(BenchRow {
         build_commit: text(v, "build_commit").unwrap_or_default(),
-        model_filename: text(v, "model_filename").ok_or("no model_filename")?,
+        model_filename: text(v, "model_filename").ok_or(RowError::Missing {
+            field: "model_filename",
+        })?,
         backends: text(v, "backends").unwrap_or_default(),
         gpu_info: text(v, "gpu_info").unwrap_or_default(),
         n_threads: integer(v, "n_threads", None)?,
@@ -137,26 +206,22 @@ fn row(v: &Value) -> Result<BenchRow, String> {
 
 /// CSV as llama-bench writes it: a header, then one row per test, every field double-quoted (quotes inside
 /// doubled).
-fn from_csv(t: &str) -> Result<Vec<Value>, String> {
+fn from_csv(t: &str) -> Result<Vec<Value>, LlamaBenchError> {
     let mut lines = t.lines().filter(|l| !l.trim().is_empty());
-    let header = split_csv(lines.next().ok_or("empty file")?)?;
+    let header = split_csv(lines.next().ok_or(LlamaBenchError::Empty)?)?;
     if !header.iter().any(|h| h == "avg_ts") {
-        return Err(
-            "not llama-bench output: no avg_ts column (expected JSON, JSON lines, CSV or SQL)"
-                .into(),
-        );
+        return Err(LlamaBenchError::NoAvgTs);
     }
     lines
         .enumerate()
         .map(|(i, l)| {
             let fields = split_csv(l)?;
             if fields.len() != header.len() {
-                return Err(format!(
-                    "CSV line {}: {} fields for {} columns",
-                    i + 2,
-                    fields.len(),
-                    header.len()
-                ));
+                return Err(LlamaBenchError::CsvFields {
+                    line: i + 2,
+                    fields: fields.len(),
+                    columns: header.len(),
+                });
             }
             Ok(Value::Object(
                 header
@@ -169,7 +234,7 @@ fn from_csv(t: &str) -> Result<Vec<Value>, String> {
         .collect()
 }
 
-fn split_csv(line: &str) -> Result<Vec<String>, String> {
+fn split_csv(line: &str) -> Result<Vec<String>, LlamaBenchError> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quoted = false;
@@ -186,7 +251,9 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
         }
     }
     if quoted {
-        return Err(format!("unterminated quote in {line:?}"));
+        return Err(LlamaBenchError::UnterminatedQuote {
+            text: line.to_string(),
+        });
     }
     out.push(cur);
     Ok(out)
@@ -194,12 +261,12 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
 
 /// SQL as llama-bench writes it (`CREATE TABLE IF NOT EXISTS llama_bench (...)` and `INSERT INTO llama_bench`),
 /// executed in an in-memory database and read back by column name. Only that table is read.
-fn from_sql(t: &str) -> Result<Vec<Value>, String> {
-    let conn = rusqlite::Connection::open_in_memory().map_err(|e| e.to_string())?;
-    conn.execute_batch(t).map_err(|e| format!("SQL: {e}"))?;
+fn from_sql(t: &str) -> Result<Vec<Value>, LlamaBenchError> {
+    let conn = rusqlite::Connection::open_in_memory().map_err(LlamaBenchError::Database)?;
+    conn.execute_batch(t).map_err(LlamaBenchError::Sql)?;
     let mut stmt = conn
         .prepare("SELECT * FROM llama_bench")
-        .map_err(|e| format!("SQL: {e}"))?;
+        .map_err(LlamaBenchError::Sql)?;
     let names: Vec<String> = stmt.column_names().map(str::to_string).collect();
     let rows = stmt
         .query_map([], |r| {
@@ -217,8 +284,8 @@ fn from_sql(t: &str) -> Result<Vec<Value>, String> {
             }
             Ok(Value::Object(o))
         })
-        .map_err(|e| format!("SQL: {e}"))?;
+        .map_err(LlamaBenchError::Sql)?;
     rows.take(MAX_ROWS + 1)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("SQL: {e}"))
+        .map_err(LlamaBenchError::Sql)
 }

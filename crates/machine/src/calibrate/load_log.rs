@@ -273,9 +273,50 @@ fn breakdown_row(msg: &str) -> Option<BreakdownRow> {
     })
 }
 
+/// Why a load log cannot be read or used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadLogError {
+    #[error("more than {MAX_BUFFER_LINES} buffer lines: not one load's log")]
+    TooManyBuffers,
+    /// A breakdown table grew past [`MAX_BREAKDOWN_ROWS`] at `line` (1-based).
+    #[error(
+        "line {line}: a memory breakdown table of more than {MAX_BREAKDOWN_ROWS} rows: not one load's log"
+    )]
+    TooManyBreakdownRows { line: usize },
+    /// One device's buffers sum past `u64::MAX` at the buffer on `line`.
+    #[error("line {line}: buffer sizes overflow")]
+    BufferOverflow { line: usize },
+    /// A `llama_context:` field the memory model needs is missing (or not a number).
+    #[error(
+        "no `llama_context: {key} = N` line (run llama-server or llama-cli with -lv 4 so the loader's lines are printed)"
+    )]
+    MissingContext { key: &'static str },
+    /// The `which` (`K` or `V`) cache type is not one llama.cpp accepts.
+    #[error("{which} cache type {name:?} is not one llama.cpp accepts")]
+    CacheType { which: &'static str, name: String },
+    #[error("offloaded {layers} layers: out of range")]
+    Offloaded { layers: u32 },
+    /// The log loaded a model of another tensor count than `model`'s.
+    #[error("the log loaded a model of {logged} tensors; {model} has {have}")]
+    TensorCount {
+        logged: u64,
+        model: String,
+        have: u64,
+    },
+    /// The log's model holds other tensor bytes than the model given (beyond the printed precision).
+    #[error(
+        "the log's model holds {logged} bytes of tensors (file size, to {half_unit} bytes); the model given holds {have}"
+    )]
+    TensorBytes {
+        logged: u64,
+        half_unit: u64,
+        have: u64,
+    },
+}
+
 /// Reads a load log; see the module doc. Only malformed buffer and breakdown lines are counted; every other
 /// line is ignored.
-pub fn parse(text: &str) -> Result<LoadLog, String> {
+pub fn parse(text: &str) -> Result<LoadLog, LoadLogError> {
     let mut log = LoadLog::default();
     // The table being read, and whether a row of it came after the context was built (then it is kept when it
     // ends: a later table replaces it, so the last such table wins).
@@ -286,9 +327,7 @@ pub fn parse(text: &str) -> Result<LoadLog, String> {
         let msg = message(raw);
         if msg.contains("buffer size =") {
             if log.buffers.len() >= MAX_BUFFER_LINES {
-                return Err(format!(
-                    "more than {MAX_BUFFER_LINES} buffer lines: not one load's log"
-                ));
+                return Err(LoadLogError::TooManyBuffers);
             }
             match buffer(msg, n) {
                 Some(b) => {
@@ -309,9 +348,7 @@ pub fn parse(text: &str) -> Result<LoadLog, String> {
                 match (breakdown_row(msg), table.as_mut()) {
                     (Some(row), Some((t, _))) => {
                         if t.len() >= MAX_BREAKDOWN_ROWS {
-                            return Err(format!(
-                                "line {n}: a memory breakdown table of more than {MAX_BREAKDOWN_ROWS} rows: not one load's log"
-                            ));
+                            return Err(LoadLogError::TooManyBreakdownRows { line: n });
                         }
                         t.push(row);
                     }
@@ -445,7 +482,7 @@ pub struct DeviceTotal {
 impl LoadLog {
     /// The buffers summed per device, in the order the devices first appear; buffers of a backend the planner
     /// does not model are returned apart.
-    pub fn totals(&self) -> Result<(Vec<DeviceTotal>, Vec<&Buffer>), String> {
+    pub fn totals(&self) -> Result<(Vec<DeviceTotal>, Vec<&Buffer>), LoadLogError> {
         let mut totals: Vec<DeviceTotal> = Vec::new();
         let mut other = Vec::new();
         for b in &self.buffers {
@@ -453,8 +490,8 @@ impl LoadLog {
                 other.push(b);
                 continue;
             };
-            let t = match totals.iter_mut().position(|t| t.device == device) {
-                Some(i) => &mut totals[i],
+            let i = match totals.iter().position(|t| t.device == device) {
+                Some(i) => i,
                 None => {
                     totals.push(DeviceTotal {
                         device,
@@ -462,9 +499,10 @@ impl LoadLog {
                         mapped_bytes: 0,
                         buffers: Vec::new(),
                     });
-                    totals.last_mut().ok_or("no device")?
+                    totals.len() - 1
                 }
             };
+            let t = &mut totals[i];
             let sum = if b.is_mapped() {
                 &mut t.mapped_bytes
             } else {
@@ -472,7 +510,7 @@ impl LoadLog {
             };
             *sum = sum
                 .checked_add(b.bytes)
-                .ok_or_else(|| format!("line {}: buffer sizes overflow", b.line))?;
+                .ok_or(LoadLogError::BufferOverflow { line: b.line })?;
             t.buffers.push(b.clone());
         }
         Ok((totals, other))
@@ -481,34 +519,30 @@ impl LoadLog {
     /// The llama.cpp parameters the log says the engine ran with, for the memory model: the resolved context,
     /// batch, micro-batch and sequences, flash attention, the KV types, the offloaded layers, the load mode
     /// and whether weights were repacked (a `CPU_REPACK` buffer).
-    pub fn params(&self) -> Result<optimizer_memory::llama_cpp::Params, String> {
+    pub fn params(&self) -> Result<optimizer_memory::llama_cpp::Params, LoadLogError> {
         use optimizer_memory::llama_cpp::{CACHE_TYPES, FlashAttn, Params};
-        let need = |k: &str| {
-            self.number(k).ok_or_else(|| {
-                format!("no `llama_context: {k} = N` line (run llama-server or llama-cli with -lv 4 so the loader's lines are printed)")
-            })
+        let need = |key: &'static str| self.number(key).ok_or(LoadLogError::MissingContext { key });
+        let cache = |t: &Option<String>,
+                     which: &'static str|
+         -> Result<optimizer_model::GgmlType, LoadLogError> {
+            match t {
+                None => Ok(optimizer_model::GgmlType::F16),
+                Some(t) => CACHE_TYPES
+                    .iter()
+                    .copied()
+                    .find(|c| c.name().eq_ignore_ascii_case(t))
+                    .ok_or_else(|| LoadLogError::CacheType {
+                        which,
+                        name: t.clone(),
+                    }),
+            }
         };
-        let cache =
-            |t: &Option<String>, which: &str| -> Result<optimizer_model::GgmlType, String> {
-                match t {
-                    None => Ok(optimizer_model::GgmlType::F16),
-                    Some(t) => CACHE_TYPES
-                        .iter()
-                        .copied()
-                        .find(|c| c.name().eq_ignore_ascii_case(t))
-                        .ok_or_else(|| {
-                            format!("{which} cache type {t:?} is not one llama.cpp accepts")
-                        }),
-                }
-            };
         let gpu_buffers = self
             .buffers
             .iter()
             .any(|b| b.device().is_some_and(|d| d != "cpu"));
         let n_gpu_layers = match self.offloaded {
-            Some((n, _)) => {
-                i32::try_from(n).map_err(|_| format!("offloaded {n} layers: out of range"))?
-            }
+            Some((n, _)) => i32::try_from(n).map_err(|_| LoadLogError::Offloaded { layers: n })?,
             // No offload line: a CPU-only build or load; with GPU buffers, every layer (llama.cpp's default).
             None if gpu_buffers => -1,
             None => 0,
@@ -538,22 +572,29 @@ impl LoadLog {
 
     /// Checks that the log is a load of `model`, where the log says: its tensor count and its tensor bytes
     /// (printed to two decimals of MiB or GiB).
-    pub fn check_model(&self, model: &optimizer_model::ModelSpec) -> Result<(), String> {
-        if let Some(n) = self.tensors {
+    pub fn check_model(&self, model: &optimizer_model::ModelSpec) -> Result<(), LoadLogError> {
+        if let Some(logged) = self.tensors {
             let have = u64::try_from(model.tensors.len()).unwrap_or(u64::MAX);
-            if n != have {
-                return Err(format!(
-                    "the log loaded a model of {n} tensors; {} has {have}",
-                    model.name.as_deref().unwrap_or("the model given")
-                ));
+            if logged != have {
+                return Err(LoadLogError::TensorCount {
+                    logged,
+                    model: model
+                        .name
+                        .as_deref()
+                        .unwrap_or("the model given")
+                        .to_string(),
+                    have,
+                });
             }
         }
-        if let Some((bytes, half_unit)) = self.tensor_bytes {
+        if let Some((logged, half_unit)) = self.tensor_bytes {
             let have = model.tensor_bytes();
-            if have.abs_diff(bytes) > half_unit {
-                return Err(format!(
-                    "the log's model holds {bytes} bytes of tensors (file size, to {half_unit} bytes); the model given holds {have}"
-                ));
+            if have.abs_diff(logged) > half_unit {
+                return Err(LoadLogError::TensorBytes {
+                    logged,
+                    half_unit,
+                    have,
+                });
             }
         }
         Ok(())
@@ -667,7 +708,7 @@ mod tests {
         let ok = format!("{head}{}", row.repeat(MAX_BREAKDOWN_ROWS));
         assert_eq!(parse(&ok).unwrap().breakdown.len(), MAX_BREAKDOWN_ROWS);
         let e = parse(&format!("{ok}{row}")).unwrap_err();
-        assert!(e.contains("more than 1000 rows"), "{e}");
+        assert!(e.to_string().contains("more than 1000 rows"), "{e}");
     }
 
     #[test]

@@ -14,27 +14,43 @@ use optimizer_core::fleet::Fleet;
 use optimizer_model::ModelSpec;
 use optimizer_store::{DeviceIdentity, ModelIdentity, NewMeasurement, Shape};
 
+/// Why a `llama-bench` row is not recorded as a measurement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BenchRowError {
+    /// A test of both a prompt and a generation (`-pg`).
+    #[error(
+        "a combined test (-p {prompt} -n {generated}) mixes prefill and decode; only pure prompt or generation tests are recorded"
+    )]
+    Combined { prompt: u64, generated: u64 },
+    /// A test at a depth (`-d`) other than 0.
+    #[error("a test at depth {depth} (-d) measures a filled KV cache; only depth 0 is recorded")]
+    Depth { depth: u64 },
+    /// A GPU row on a machine described without a GPU.
+    #[error(
+        "run on {backends} with -ngl {gpu_layers}, but the machine described has no GPU to record it against"
+    )]
+    NoGpu { backends: String, gpu_layers: i64 },
+    /// A GPU row on a machine of several GPUs: which one ran it is unknown.
+    #[error(
+        "run on a GPU of a machine with several: the row does not say which; import it with an inventory of that GPU"
+    )]
+    WhichGpu,
+}
+
 /// What a `llama-bench` row becomes: its metric (`prefill_tokens_per_s` for a prompt test,
 /// `decode_tokens_per_s` for a generation test) on the device that ran it, or why it is skipped.
 pub fn from_llama_bench(
     row: &BenchRow,
     fleet: &Fleet,
     model: &ModelSpec,
-) -> Result<NewMeasurement, String> {
+) -> Result<NewMeasurement, BenchRowError> {
     let metric = match (row.n_prompt, row.n_gen) {
         (p, 0) if p > 0 => "prefill_tokens_per_s",
         (0, g) if g > 0 => "decode_tokens_per_s",
-        (p, g) => {
-            return Err(format!(
-                "a combined test (-p {p} -n {g}) mixes prefill and decode; only pure prompt or generation tests are recorded"
-            ));
-        }
+        (prompt, generated) => return Err(BenchRowError::Combined { prompt, generated }),
     };
     if row.n_depth > 0 {
-        return Err(format!(
-            "a test at depth {} (-d) measures a filled KV cache; only depth 0 is recorded",
-            row.n_depth
-        ));
+        return Err(BenchRowError::Depth { depth: row.n_depth });
     }
     let device = if row.on_gpu() {
         let gpus: Vec<_> = fleet.gpus.iter().collect();
@@ -45,17 +61,12 @@ pub fn from_llama_bench(
                 uuid: None,
             },
             [] => {
-                return Err(format!(
-                    "run on {} with -ngl {}, but the machine described has no GPU to record it against",
-                    row.backends, row.n_gpu_layers
-                ));
+                return Err(BenchRowError::NoGpu {
+                    backends: row.backends.clone(),
+                    gpu_layers: row.n_gpu_layers,
+                });
             }
-            _ => {
-                return Err(
-                    "run on a GPU of a machine with several: the row does not say which; import it with an inventory of that GPU"
-                        .into(),
-                );
-            }
+            _ => return Err(BenchRowError::WhichGpu),
         }
     } else {
         DeviceIdentity {

@@ -13,7 +13,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::llama_bench::{BenchRow, parse};
+use optimizer_store::StoreError;
+
+use super::BenchRowError;
+use super::llama_bench::{BenchRow, LlamaBenchError, parse};
 
 /// Most values one sweep axis takes: llama-bench runs every combination, so more would not finish.
 pub const MAX_AXIS_VALUES: usize = 32;
@@ -28,6 +31,25 @@ pub const MAX_BATCH: u32 = i32::MAX as u32;
 pub const MAX_LINE_BYTES: usize = 64 << 10;
 /// Bytes of llama-bench's stderr kept to explain a failure (its last lines).
 const STDERR_TAIL_BYTES: usize = 4 << 10;
+
+/// Why a sweep's settings are refused before anything runs; `flag` is the command-line flag of the axis.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SweepError {
+    #[error("{flag}: {count} values; at most {MAX_AXIS_VALUES}")]
+    TooManyValues { flag: &'static str, count: usize },
+    #[error("the sweep has more than {MAX_SWEEP_POINTS} combinations; narrow an axis")]
+    TooManyCombinations,
+    #[error("--threads 0: at least one thread")]
+    NoThreads,
+    #[error("--threads {threads}: at most {MAX_THREADS} (ggml's thread limit)")]
+    TooManyThreads { threads: u32 },
+    #[error("{flag} {value}: 1 to {MAX_BATCH}")]
+    Batch { flag: &'static str, value: u32 },
+    #[error("no test: the prompt and generation lengths are both 0")]
+    NoTest,
+    #[error("--repetitions 0: at least one")]
+    NoRepetitions,
+}
 
 /// The sweep: one llama-bench invocation, every combination of the axes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,8 +97,8 @@ impl Sweep {
     }
 
     /// Checks the limits and that there is a test to run.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, n) in [
+    pub fn validate(&self) -> Result<(), SweepError> {
+        for (flag, count) in [
             ("--threads", self.threads.len()),
             ("--ngl", self.gpu_layers.len()),
             ("--batch", self.batch.len()),
@@ -84,36 +106,30 @@ impl Sweep {
             ("--flash-attn", self.flash_attn.len()),
             ("--cache-type-k", self.cache_type_k.len()),
         ] {
-            if n > MAX_AXIS_VALUES {
-                return Err(format!("{name}: {n} values; at most {MAX_AXIS_VALUES}"));
+            if count > MAX_AXIS_VALUES {
+                return Err(SweepError::TooManyValues { flag, count });
             }
         }
         match self.points() {
             Some(n) if n <= MAX_SWEEP_POINTS => {}
-            _ => {
-                return Err(format!(
-                    "the sweep has more than {MAX_SWEEP_POINTS} combinations; narrow an axis"
-                ));
-            }
+            _ => return Err(SweepError::TooManyCombinations),
         }
         if self.threads.contains(&0) {
-            return Err("--threads 0: at least one thread".into());
+            return Err(SweepError::NoThreads);
         }
-        if let Some(t) = self.threads.iter().find(|t| **t > MAX_THREADS) {
-            return Err(format!(
-                "--threads {t}: at most {MAX_THREADS} (ggml's thread limit)"
-            ));
+        if let Some(&threads) = self.threads.iter().find(|t| **t > MAX_THREADS) {
+            return Err(SweepError::TooManyThreads { threads });
         }
-        for (name, values) in [("--batch", &self.batch), ("--ubatch", &self.ubatch)] {
-            if let Some(b) = values.iter().find(|b| !(1..=MAX_BATCH).contains(*b)) {
-                return Err(format!("{name} {b}: 1 to {MAX_BATCH}"));
+        for (flag, values) in [("--batch", &self.batch), ("--ubatch", &self.ubatch)] {
+            if let Some(&value) = values.iter().find(|b| !(1..=MAX_BATCH).contains(*b)) {
+                return Err(SweepError::Batch { flag, value });
             }
         }
         if self.prompt_tokens == 0 && self.gen_tokens == 0 {
-            return Err("no test: the prompt and generation lengths are both 0".into());
+            return Err(SweepError::NoTest);
         }
         if self.repetitions == 0 {
-            return Err("--repetitions 0: at least one".into());
+            return Err(SweepError::NoRepetitions);
         }
         Ok(())
     }
@@ -161,9 +177,9 @@ impl Sweep {
 /// Where results go: the store in the binary, a vector in tests.
 pub trait Sink {
     /// Records one result (the first call begins the run); returns the row id, or why it was not recorded.
-    fn record(&mut self, row: &BenchRow) -> Result<Recorded, String>;
+    fn record(&mut self, row: &BenchRow) -> Result<Recorded, StoreError>;
     /// Marks the run complete: every test was printed and the program exited 0.
-    fn finish(&mut self) -> Result<(), String>;
+    fn finish(&mut self) -> Result<(), StoreError>;
 }
 
 /// What became of one result.
@@ -171,7 +187,7 @@ pub trait Sink {
 pub enum Recorded {
     Row(i64),
     /// Not a measurement the store keeps (a combined or depth test, a GPU row on a GPU-less machine), and why.
-    Skipped(String),
+    Skipped(BenchRowError),
 }
 
 /// One result as the summary shows it.
@@ -212,10 +228,20 @@ pub enum RunnerError {
     },
     #[error("reading llama-bench's output: {0}")]
     Read(#[source] std::io::Error),
-    #[error("llama-bench result {line}: {why}")]
-    Result { line: usize, why: String },
+    /// Result line `line` (1-based) is longer than [`MAX_LINE_BYTES`].
+    #[error("llama-bench result {line}: longer than {MAX_LINE_BYTES} bytes")]
+    LongLine { line: usize },
+    /// Result line `line` (1-based) does not read as a result. The error is quoted in the message rather than
+    /// given as the `source` (this variant had none): the CLI prints a source chain as `caused by:` lines.
+    #[error("llama-bench result {line}: {error}")]
+    Result { line: usize, error: LlamaBenchError },
+    /// Result line `line` (1-based) holds no result.
+    #[error("llama-bench result {line}: empty")]
+    Empty { line: usize },
+    /// The store refused a result or the run's end; quoted in the message, not a `source`, as for
+    /// [`RunnerError::Result`].
     #[error("recording a result: {0}")]
-    Record(String),
+    Record(StoreError),
     #[error(
         "llama-bench {status} after {done} of {expected} results; the run stays incomplete and is never used{tail}"
     )]
@@ -238,10 +264,7 @@ pub fn record_stream(
     for (i, line) in reader.split(b'\n').enumerate() {
         let line = line.map_err(RunnerError::Read)?;
         if line.len() > MAX_LINE_BYTES {
-            return Err(RunnerError::Result {
-                line: i + 1,
-                why: format!("longer than {MAX_LINE_BYTES} bytes"),
-            });
+            return Err(RunnerError::LongLine { line: i + 1 });
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim();
@@ -250,13 +273,10 @@ pub fn record_stream(
             continue;
         }
         let row = parse(text)
-            .map_err(|why| RunnerError::Result { line: i + 1, why })?
+            .map_err(|error| RunnerError::Result { line: i + 1, error })?
             .into_iter()
             .next()
-            .ok_or_else(|| RunnerError::Result {
-                line: i + 1,
-                why: "empty".into(),
-            })?;
+            .ok_or(RunnerError::Empty { line: i + 1 })?;
         let recorded = sink.record(&row).map_err(RunnerError::Record)?;
         let r = BenchResult {
             threads: row.n_threads,
@@ -280,7 +300,7 @@ pub fn record_stream(
             },
             skipped: match recorded {
                 Recorded::Row(_) => None,
-                Recorded::Skipped(why) => Some(why),
+                Recorded::Skipped(why) => Some(why.to_string()),
             },
         };
         summary.results.push(r);
@@ -374,7 +394,7 @@ pub struct StoreSink<'a> {
 }
 
 impl Sink for StoreSink<'_> {
-    fn record(&mut self, row: &BenchRow) -> Result<Recorded, String> {
+    fn record(&mut self, row: &BenchRow) -> Result<Recorded, StoreError> {
         let m = match super::from_llama_bench(row, self.fleet, self.model) {
             Ok(m) => m,
             Err(why) => return Ok(Recorded::Skipped(why)),
@@ -382,33 +402,24 @@ impl Sink for StoreSink<'_> {
         let run = match self.run {
             Some(r) => r,
             None => {
-                let r = self
-                    .store
-                    .begin_run(&optimizer_store::NewRun {
-                        tool: self.tool.clone(),
-                        runtime: optimizer_core::profile::RuntimeId::LlamaCpp,
-                        runtime_version: Some(row.build_commit.clone()).filter(|c| !c.is_empty()),
-                        started_at: (self.clock)(),
-                        settings: self.settings.clone(),
-                        host: self.host.clone(),
-                    })
-                    .map_err(|e| e.to_string())?;
+                let r = self.store.begin_run(&optimizer_store::NewRun {
+                    tool: self.tool.clone(),
+                    runtime: optimizer_core::profile::RuntimeId::LlamaCpp,
+                    runtime_version: Some(row.build_commit.clone()).filter(|c| !c.is_empty()),
+                    started_at: (self.clock)(),
+                    settings: self.settings.clone(),
+                    host: self.host.clone(),
+                })?;
                 self.run = Some(r);
                 r
             }
         };
-        self.store
-            .record(run, &m)
-            .map(Recorded::Row)
-            .map_err(|e| e.to_string())
+        self.store.record(run, &m).map(Recorded::Row)
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> Result<(), StoreError> {
         match self.run {
-            Some(r) => self
-                .store
-                .finish_run(r, &(self.clock)())
-                .map_err(|e| e.to_string()),
+            Some(r) => self.store.finish_run(r, &(self.clock)()),
             None => Ok(()),
         }
     }
@@ -426,11 +437,11 @@ mod tests {
     }
 
     impl Sink for Collect {
-        fn record(&mut self, row: &BenchRow) -> Result<Recorded, String> {
+        fn record(&mut self, row: &BenchRow) -> Result<Recorded, StoreError> {
             self.rows.push(row.clone());
             Ok(Recorded::Row(i64::try_from(self.rows.len()).unwrap()))
         }
-        fn finish(&mut self) -> Result<(), String> {
+        fn finish(&mut self) -> Result<(), StoreError> {
             self.finished += 1;
             Ok(())
         }
@@ -465,15 +476,28 @@ mod tests {
     fn limits_are_checked_before_running() {
         let mut s = sweep();
         s.threads = (1..=33).collect();
-        assert!(s.validate().unwrap_err().contains("at most 32"));
+        assert_eq!(
+            s.validate(),
+            Err(SweepError::TooManyValues {
+                flag: "--threads",
+                count: 33
+            })
+        );
+        assert!(s.validate().unwrap_err().to_string().contains("at most 32"));
         let mut s = sweep();
         s.threads = (1..=32).collect();
         s.batch = (1..=32).collect();
-        assert!(s.validate().unwrap_err().contains("combinations"));
+        assert_eq!(s.validate(), Err(SweepError::TooManyCombinations));
+        assert!(
+            s.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("combinations")
+        );
         let mut s = sweep();
         s.prompt_tokens = 0;
         s.gen_tokens = 0;
-        assert!(s.validate().is_err());
+        assert_eq!(s.validate(), Err(SweepError::NoTest));
         assert!(sweep().validate().is_ok());
     }
 

@@ -32,15 +32,38 @@ pub enum Value {
 /// treated as unlimited, far beyond any machine's memory.
 const V1_UNLIMITED_THRESHOLD: u64 = 1 << 62;
 
+/// Why a cgroup limit file's contents do not read as a limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupError {
+    /// `memory.max` or `memory.limit_in_bytes` is neither a byte count nor `max`.
+    #[error("expected a byte count or \"max\", found {found:?}")]
+    Memory { found: String },
+    /// `cpu.max` is not two fields.
+    #[error("expected \"<quota> <period>\", found {found:?}")]
+    CpuMaxFields { found: String },
+    #[error("quota {found:?} is not a number")]
+    Quota { found: String },
+    #[error("period {found:?} is not a number")]
+    Period { found: String },
+    #[error("period is 0")]
+    ZeroPeriod,
+    #[error("cfs_quota_us {found:?} is not a number")]
+    CfsQuota { found: String },
+    #[error("cfs_period_us {found:?} is not a number")]
+    CfsPeriod { found: String },
+    #[error("cfs_period_us is 0")]
+    ZeroCfsPeriod,
+}
+
 /// Parses `memory.max` (v2) or `memory.limit_in_bytes` (v1).
-pub fn parse_memory(text: &str) -> Result<Value, String> {
+pub fn parse_memory(text: &str) -> Result<Value, CgroupError> {
     let t = text.trim();
     if t == "max" {
         return Ok(Value::Unlimited);
     }
-    let v: u64 = t
-        .parse()
-        .map_err(|_| format!("expected a byte count or \"max\", found {t:?}"))?;
+    let v: u64 = t.parse().map_err(|_| CgroupError::Memory {
+        found: t.to_string(),
+    })?;
     Ok(if v >= V1_UNLIMITED_THRESHOLD {
         Value::Unlimited
     } else {
@@ -49,44 +72,41 @@ pub fn parse_memory(text: &str) -> Result<Value, String> {
 }
 
 /// Parses v2 `cpu.max`: `"<quota> <period>"` or `"max <period>"`; returns CPUs allowed.
-pub fn parse_cpu_max(text: &str) -> Result<Option<f64>, String> {
+pub fn parse_cpu_max(text: &str) -> Result<Option<f64>, CgroupError> {
     let mut it = text.split_whitespace();
     let (Some(q), Some(p), None) = (it.next(), it.next(), it.next()) else {
-        return Err(format!(
-            "expected \"<quota> <period>\", found {:?}",
-            text.trim()
-        ));
+        return Err(CgroupError::CpuMaxFields {
+            found: text.trim().to_string(),
+        });
     };
     if q == "max" {
         return Ok(None);
     }
-    let quota: u64 = q
-        .parse()
-        .map_err(|_| format!("quota {q:?} is not a number"))?;
-    let period: u64 = p
-        .parse()
-        .map_err(|_| format!("period {p:?} is not a number"))?;
+    let quota: u64 = q.parse().map_err(|_| CgroupError::Quota {
+        found: q.to_string(),
+    })?;
+    let period: u64 = p.parse().map_err(|_| CgroupError::Period {
+        found: p.to_string(),
+    })?;
     if period == 0 {
-        return Err("period is 0".into());
+        return Err(CgroupError::ZeroPeriod);
     }
     Ok(Some(quota as f64 / period as f64))
 }
 
 /// Parses v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` (quota -1 means unlimited).
-pub fn parse_cpu_v1(quota: &str, period: &str) -> Result<Option<f64>, String> {
-    let q: i64 = quota
-        .trim()
-        .parse()
-        .map_err(|_| format!("cfs_quota_us {:?} is not a number", quota.trim()))?;
+pub fn parse_cpu_v1(quota: &str, period: &str) -> Result<Option<f64>, CgroupError> {
+    let q: i64 = quota.trim().parse().map_err(|_| CgroupError::CfsQuota {
+        found: quota.trim().to_string(),
+    })?;
     if q < 0 {
         return Ok(None);
     }
-    let p: u64 = period
-        .trim()
-        .parse()
-        .map_err(|_| format!("cfs_period_us {:?} is not a number", period.trim()))?;
+    let p: u64 = period.trim().parse().map_err(|_| CgroupError::CfsPeriod {
+        found: period.trim().to_string(),
+    })?;
     if p == 0 {
-        return Err("cfs_period_us is 0".into());
+        return Err(CgroupError::ZeroCfsPeriod);
     }
     Ok(Some(q as f64 / p as f64))
 }

@@ -30,9 +30,27 @@ pub struct MacSysctl {
 /// MiB in bytes, for `iogpu.wired_limit_mb`.
 const MIB: u64 = 1 << 20;
 
+/// Why `sysctl` does not describe an Apple GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum SysctlError {
+    /// `sysctl` could not be started.
+    #[error("sysctl could not run: {0}")]
+    Run(#[source] std::io::Error),
+    /// A key the probe needs is absent from the output.
+    #[error("sysctl gave no {key}")]
+    Missing { key: &'static str },
+    #[error("hw.memsize: {0}")]
+    MemorySize(#[source] std::num::ParseIntError),
+    #[error("hw.memsize is 0")]
+    NoMemory,
+    /// An Intel Mac: no Apple GPU.
+    #[error("{chip:?} is not Apple silicon: no Apple GPU")]
+    NotAppleSilicon { chip: String },
+}
+
 /// Parses `sysctl hw.memsize machdep.cpu.brand_string …` output (`key: value` lines). Errors name the
 /// missing or malformed key; an Intel Mac (no `Apple` chip) is an error, since it has no Apple GPU.
-pub fn parse_sysctl(text: &str) -> Result<MacSysctl, String> {
+pub fn parse_sysctl(text: &str) -> Result<MacSysctl, SysctlError> {
     let get = |key: &str| {
         text.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
@@ -40,17 +58,19 @@ pub fn parse_sysctl(text: &str) -> Result<MacSysctl, String> {
         })
     };
     let memory_bytes = get("hw.memsize")
-        .ok_or("sysctl gave no hw.memsize")?
+        .ok_or(SysctlError::Missing { key: "hw.memsize" })?
         .parse::<u64>()
-        .map_err(|e| format!("hw.memsize: {e}"))?;
+        .map_err(SysctlError::MemorySize)?;
     if memory_bytes == 0 {
-        return Err("hw.memsize is 0".into());
+        return Err(SysctlError::NoMemory);
     }
     let chip = get("machdep.cpu.brand_string")
-        .ok_or("sysctl gave no machdep.cpu.brand_string")?
+        .ok_or(SysctlError::Missing {
+            key: "machdep.cpu.brand_string",
+        })?
         .to_string();
     if !chip.starts_with("Apple") {
-        return Err(format!("{chip:?} is not Apple silicon: no Apple GPU"));
+        return Err(SysctlError::NotAppleSilicon { chip });
     }
     let performance_cores = get("hw.perflevel0.physicalcpu").and_then(|v| v.parse().ok());
     let gpu_wired_limit_bytes = get("iogpu.wired_limit_mb")
@@ -98,11 +118,11 @@ pub fn apple_gpu(m: &MacSysctl, index: u32, available_bytes: u64) -> Gpu {
 
 /// Runs `sysctl` and returns the Apple GPU, or a note saying why there is none.
 #[cfg(target_os = "macos")]
-pub fn probe(index: u32, available_bytes: u64) -> Result<Gpu, String> {
+pub fn probe(index: u32, available_bytes: u64) -> Result<Gpu, SysctlError> {
     let out = std::process::Command::new("sysctl")
         .args(SYSCTL_KEYS)
         .output()
-        .map_err(|e| format!("sysctl could not run: {e}"))?;
+        .map_err(SysctlError::Run)?;
     // sysctl exits non-zero when one key is unknown but still prints the others.
     let text = String::from_utf8_lossy(&out.stdout);
     let m = parse_sysctl(&text)?;

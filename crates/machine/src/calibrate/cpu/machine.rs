@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::kernels::{self, DotType};
-use super::{Budget, Capacity, CpuBench, DOT_MAX_WEIGHT_BYTES, Sample, Stream};
+use super::{Budget, Capacity, CpuBench, CpuBenchError, DOT_MAX_WEIGHT_BYTES, Sample, Stream};
 
 /// The stream arrays: their size in bytes, two u64 arrays (read, copy; the triad's destination) and the triad's
 /// two f32 sources.
@@ -59,14 +59,15 @@ fn share(n: usize, t: usize, threads: usize) -> (usize, usize) {
 }
 
 impl Machine {
-    pub(super) fn arrays(&mut self, bytes: u64) -> Result<&mut Arrays, String> {
+    pub(super) fn arrays(&mut self, bytes: u64) -> Result<&mut Arrays, CpuBenchError> {
         if self.buffers.as_ref().is_none_or(|b| b.0 != bytes) {
             self.buffers = None;
-            let words = usize::try_from(bytes / 8).map_err(|_| "array too large".to_string())?;
-            let alloc = |n: usize| -> Result<Vec<u64>, String> {
+            let words =
+                usize::try_from(bytes / 8).map_err(|_| CpuBenchError::ArrayTooLarge { bytes })?;
+            let alloc = |n: usize| -> Result<Vec<u64>, CpuBenchError> {
                 let mut v = Vec::new();
                 v.try_reserve_exact(n)
-                    .map_err(|e| format!("cannot allocate {bytes} bytes: {e}"))?;
+                    .map_err(|source| CpuBenchError::Alloc { bytes, source })?;
                 v.extend((0..n as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
                 Ok(v)
             };
@@ -75,7 +76,10 @@ impl Machine {
             // The triad's two source arrays of `bytes` each, as f32 (4 bytes): 2 × bytes / 4 values.
             let mut c = Vec::new();
             c.try_reserve_exact(words * 4)
-                .map_err(|e| format!("cannot allocate {} bytes: {e}", 2 * bytes))?;
+                .map_err(|source| CpuBenchError::Alloc {
+                    bytes: 2 * bytes,
+                    source,
+                })?;
             c.extend((0..words * 4).map(|i| (i % 1000) as f32 * 1e-3));
             self.buffers = Some((bytes, a, b, c));
         }
@@ -124,7 +128,7 @@ impl CpuBench for Machine {
         threads: u32,
         bytes: u64,
         budget: Budget,
-    ) -> Result<Sample, String> {
+    ) -> Result<Sample, CpuBenchError> {
         let (_, a, b, c) = self.arrays(bytes)?;
         let c: &[f32] = c;
         let n = threads.max(1) as usize;
@@ -174,7 +178,7 @@ impl CpuBench for Machine {
         })
     }
 
-    fn fma(&mut self, threads: u32, budget: Budget) -> Result<Sample, String> {
+    fn fma(&mut self, threads: u32, budget: Budget) -> Result<Sample, CpuBenchError> {
         const ROUNDS: u64 = 100_000;
         Ok(measure(
             threads,
@@ -195,23 +199,27 @@ impl CpuBench for Machine {
         cols: usize,
         threads: u32,
         budget: Budget,
-    ) -> Result<Sample, String> {
+    ) -> Result<Sample, CpuBenchError> {
         let (per, xbytes, ybytes) = t.block();
         if cols == 0 || !cols.is_multiple_of(per) || rows == 0 {
-            return Err(format!(
-                "a {rows}x{cols} GEMV does not tile {} blocks of {per}",
-                t.name()
-            ));
+            return Err(CpuBenchError::Untiled {
+                rows,
+                cols,
+                dot: t.name(),
+                per,
+            });
         }
         let blocks = cols / per;
         let weight_blocks = rows
             .checked_mul(blocks)
-            .filter(|b| b.checked_mul(xbytes).is_some_and(|n| n as u64 <= DOT_MAX_WEIGHT_BYTES))
-            .ok_or_else(|| {
-                format!(
-                    "a {rows}x{cols} {} GEMV needs more than {DOT_MAX_WEIGHT_BYTES} bytes of weights",
-                    t.name()
-                )
+            .filter(|b| {
+                b.checked_mul(xbytes)
+                    .is_some_and(|n| n as u64 <= DOT_MAX_WEIGHT_BYTES)
+            })
+            .ok_or(CpuBenchError::TooLarge {
+                rows,
+                cols,
+                dot: t.name(),
             })?;
         let mut rng = kernels::Rng::new(0x5eed);
         let w = kernels::weights(t, weight_blocks, &mut rng);

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use kernels::DotType;
 use optimizer_model::{Dtype, GgmlType, ModelSpec};
-use optimizer_store::{DeviceIdentity, NewMeasurement, Shape};
+use optimizer_store::{DeviceIdentity, NewMeasurement, Shape, StoreError};
 
 /// A memory stream, as STREAM counts its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +82,39 @@ pub struct Capacity {
     pub available_bytes: Option<u64>,
 }
 
+/// Why a step gave no figure.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CpuBenchError {
+    /// The stream arrays of `bytes` each do not fit this machine's address space.
+    #[error("array too large")]
+    ArrayTooLarge { bytes: u64 },
+    /// `bytes` of memory could not be reserved.
+    #[error("cannot allocate {bytes} bytes: {source}")]
+    Alloc {
+        bytes: u64,
+        #[source]
+        source: std::collections::TryReserveError,
+    },
+    /// A GEMV shape that is not whole blocks of its type (`per` weights a block).
+    #[error("a {rows}x{cols} GEMV does not tile {dot} blocks of {per}")]
+    Untiled {
+        rows: usize,
+        cols: usize,
+        dot: &'static str,
+        per: usize,
+    },
+    /// A GEMV whose weights would take more than [`DOT_MAX_WEIGHT_BYTES`].
+    #[error("a {rows}x{cols} {dot} GEMV needs more than {DOT_MAX_WEIGHT_BYTES} bytes of weights")]
+    TooLarge {
+        rows: usize,
+        cols: usize,
+        dot: &'static str,
+    },
+    /// The bench returned a rate that is not a positive finite number.
+    #[error("no usable figure ({0})")]
+    Unusable(f64),
+}
+
 /// The timing seam: a real machine or a mock.
 pub trait CpuBench {
     /// What this machine can give the benchmarks; by default nothing is known (a mock).
@@ -103,9 +136,9 @@ pub trait CpuBench {
         threads: u32,
         bytes: u64,
         budget: Budget,
-    ) -> Result<Sample, String>;
+    ) -> Result<Sample, CpuBenchError>;
     /// FP32 FLOP per second of `threads` threads running independent FMAs.
-    fn fma(&mut self, threads: u32, budget: Budget) -> Result<Sample, String>;
+    fn fma(&mut self, threads: u32, budget: Budget) -> Result<Sample, CpuBenchError>;
     /// Weights per second of a `rows` × `cols` GEMV of type `t` against activations quantized beforehand, rows
     /// split across `threads` threads.
     fn dot(
@@ -115,7 +148,7 @@ pub trait CpuBench {
         cols: usize,
         threads: u32,
         budget: Budget,
-    ) -> Result<Sample, String>;
+    ) -> Result<Sample, CpuBenchError>;
 }
 
 /// One thing to measure.
@@ -377,14 +410,15 @@ pub struct Measured {
 pub struct Outcome {
     pub measured: Vec<Measured>,
     /// Steps that failed, with why (the others still count).
-    pub failed: Vec<(Step, String)>,
+    pub failed: Vec<(Step, CpuBenchError)>,
     /// The stop flag was raised: the steps after the last finished one did not run.
     pub stopped: bool,
 }
 
 /// Runs the plan's steps in rounds: each round runs every step once (one repetition), and a step's figure is the
 /// best of its rounds. Calls `progress(done, total, label)` before each repetition and `each` after each (to
-/// record it at once); checks `stop` between repetitions.
+/// record it at once); checks `stop` between repetitions. A step that fails is left out of the later rounds;
+/// an error of `each` (the store refusing a row) ends the run with it.
 ///
 /// Trade-off: interleaving the repetitions spreads each step's samples over the whole calibration, so a slow
 /// spell of the machine (on the project's KVM guest, a vCPU that ran 2-thread dot products at 0.55× to 0.7× for
@@ -395,8 +429,8 @@ pub fn run(
     plan: &Plan,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(usize, usize, &str),
-    each: &mut dyn FnMut(&Measured) -> Result<(), String>,
-) -> Result<Outcome, String> {
+    each: &mut dyn FnMut(&Measured) -> Result<(), StoreError>,
+) -> Result<Outcome, StoreError> {
     let mut out = Outcome::default();
     let rounds = plan.budget.reps.max(1) as usize;
     let total = plan.steps.len() * rounds;
@@ -405,7 +439,7 @@ pub fn run(
         ..plan.budget
     };
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); plan.steps.len()];
-    let mut failed: Vec<Option<String>> = vec![None; plan.steps.len()];
+    let mut failed: Vec<Option<CpuBenchError>> = vec![None; plan.steps.len()];
     'rounds: for round in 0..rounds {
         for (i, step) in plan.steps.iter().enumerate() {
             if failed[i].is_some() {
@@ -439,7 +473,7 @@ pub fn run(
                     })?;
                     samples[i].push(sample.best);
                 }
-                Ok(sample) => failed[i] = Some(format!("no usable figure ({})", sample.best)),
+                Ok(sample) => failed[i] = Some(CpuBenchError::Unusable(sample.best)),
                 Err(why) => failed[i] = Some(why),
             }
         }

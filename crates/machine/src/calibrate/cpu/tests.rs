@@ -26,7 +26,13 @@ impl CpuBench for Mock<'_> {
     fn isa(&self) -> String {
         "mock".into()
     }
-    fn stream(&mut self, s: Stream, threads: u32, _: u64, _: Budget) -> Result<Sample, String> {
+    fn stream(
+        &mut self,
+        s: Stream,
+        threads: u32,
+        _: u64,
+        _: Budget,
+    ) -> Result<Sample, CpuBenchError> {
         self.tick();
         let v = 10e9 * f64::from(threads.min(2)) * s.arrays() as f64;
         Ok(Sample {
@@ -34,10 +40,10 @@ impl CpuBench for Mock<'_> {
             samples: vec![v * 0.9, v],
         })
     }
-    fn fma(&mut self, threads: u32, _: Budget) -> Result<Sample, String> {
+    fn fma(&mut self, threads: u32, _: Budget) -> Result<Sample, CpuBenchError> {
         self.tick();
         if self.fail_fma {
-            return Err("illegal instruction".into());
+            return Err(CpuBenchError::ArrayTooLarge { bytes: u64::MAX });
         }
         let v = 70e9 * f64::from(threads);
         Ok(Sample {
@@ -52,7 +58,7 @@ impl CpuBench for Mock<'_> {
         _: usize,
         threads: u32,
         _: Budget,
-    ) -> Result<Sample, String> {
+    ) -> Result<Sample, CpuBenchError> {
         self.tick();
         let v = match t {
             DotType::Q4_0 => 12e9,
@@ -158,10 +164,16 @@ fn a_slow_spell_costs_one_sample_not_the_figure() {
         fn isa(&self) -> String {
             "mock".into()
         }
-        fn stream(&mut self, _: Stream, t: u32, _: u64, _: Budget) -> Result<Sample, String> {
+        fn stream(
+            &mut self,
+            _: Stream,
+            t: u32,
+            _: u64,
+            _: Budget,
+        ) -> Result<Sample, CpuBenchError> {
             Ok(self.next(f64::from(t)))
         }
-        fn fma(&mut self, t: u32, _: Budget) -> Result<Sample, String> {
+        fn fma(&mut self, t: u32, _: Budget) -> Result<Sample, CpuBenchError> {
             Ok(self.next(f64::from(t)))
         }
         fn dot(
@@ -171,7 +183,7 @@ fn a_slow_spell_costs_one_sample_not_the_figure() {
             _: usize,
             t: u32,
             _: Budget,
-        ) -> Result<Sample, String> {
+        ) -> Result<Sample, CpuBenchError> {
             Ok(self.next(f64::from(t)))
         }
     }
@@ -225,7 +237,11 @@ fn a_failing_step_is_reported_and_the_rest_still_run() {
     };
     let out = run(&mut bench, &plan, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap();
     assert_eq!(out.failed.len(), 2);
-    assert!(out.failed[0].1.contains("illegal instruction"));
+    assert!(
+        matches!(out.failed[0].1, CpuBenchError::ArrayTooLarge { .. }),
+        "{:?}",
+        out.failed
+    );
     assert_eq!(out.measured.len(), plan.steps.len() - 2);
 }
 
@@ -304,7 +320,8 @@ fn a_gemv_beyond_the_weight_bound_fails_its_step_without_allocating() {
     let e = Machine::default()
         .dot(DotType::Q8_0, 1 << 20, DOT_MAX_COLS, 1, budget)
         .unwrap_err();
-    assert!(e.contains("bytes of weights"), "{e}");
+    assert!(matches!(e, CpuBenchError::TooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("bytes of weights"), "{e}");
     assert!(
         Machine::default()
             .dot(DotType::Q8_0, usize::MAX / 2, 1 << 16, 1, budget)
