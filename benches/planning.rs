@@ -130,10 +130,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     // The cluster: parsed from its description and planned through the same pipeline as `resolve --cluster`.
-    let sources = Sources {
-        db: Some(dir.path().join("optimizer.db")),
-        ..Sources::default()
-    };
+    let sources = Sources::new(None, Vec::new(), Some(dir.path().join("optimizer.db")));
     // The same node type 125 times over: 1,000 GPUs.
     let big = dir.path().join("h100-125x8.yaml");
     std::fs::write(
@@ -156,7 +153,7 @@ fn bench(c: &mut Criterion) {
                 overrides: Overrides::default(),
             };
             let (t, peak) = measure(9, || {
-                black_box(app::resolve(&sources, &req).expect("cluster plan"));
+                black_box(app::resolve(&sources.clone(), &req).expect("cluster plan"));
             });
             println!(
                 "{name:<12} {:<16} {:>5} {:>10.2} {:>12.2}   ({nodes} nodes x 8, parsed + model read + planned)",
@@ -189,7 +186,7 @@ fn bench(c: &mut Criterion) {
         overrides: Overrides::default(),
     };
     g.bench_function("70b_batch-inference_cluster_8x8", |b| {
-        b.iter(|| black_box(app::resolve(&sources, &req).expect("cluster plan")))
+        b.iter(|| black_box(app::resolve(&sources.clone(), &req).expect("cluster plan")))
     });
     g.bench_function("peer_model_load_70b", |b| {
         b.iter(|| black_box(model::load(path70).expect("model")))

@@ -15,10 +15,9 @@ fn bench(c: &mut Criterion) {
     let path = dir.path().join("llama3-8b.gguf");
     write_sparse(&synthetic_llama(LlamaShape::LLAMA3_8B), &path).expect("model");
     // The CLI's own pipeline: live probe, built-in profiles, the store, the model header, the plan, YAML.
-    let sources = Sources {
-        db: Some(dir.path().join("optimizer.db")),
-        ..Sources::default()
-    };
+    // A fresh clone per run: `Sources` keeps what one command loaded (profiles, the probe), and each run is a whole
+    // command.
+    let sources = Sources::new(None, Vec::new(), Some(dir.path().join("optimizer.db")));
     let req = ResolveRequest {
         stable: false,
         model: path.clone(),
@@ -29,7 +28,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("resolve_8b");
     g.bench_function("end_to_end", |b| {
         b.iter(|| {
-            let d = app::resolve(&sources, &req).expect("plan");
+            let d = app::resolve(&sources.clone(), &req).expect("plan");
             black_box(optimizer::yaml::to_string(&d).expect("yaml"))
         })
     });

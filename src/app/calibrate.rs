@@ -66,7 +66,7 @@ pub fn calibrate(
     let started = std::time::Instant::now();
     let set = sources.profiles()?;
     let (inv, _) = sources.inventory()?;
-    let fleet = crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp)
+    let fleet = crate::fleet::build(&inv, set, crate::profile::RuntimeId::LlamaCpp)
         .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
     let spec = req
         .model

@@ -14,16 +14,25 @@ pub struct EstimateRequest {
 /// `estimate`: the llama.cpp memory model for the flags, on the probed (or inventory, or profiled) machine.
 pub fn estimate(sources: &Sources, req: &EstimateRequest) -> Result<Estimate, Failure> {
     let spec = crate::model::load(&req.model)?;
+    estimate_loaded(sources, req, &spec)
+}
+
+/// [`estimate`] of a model already loaded from `req.model` (a pipeline that read it for another step).
+pub(super) fn estimate_loaded(
+    sources: &Sources,
+    req: &EstimateRequest,
+    spec: &crate::model::ModelSpec,
+) -> Result<Estimate, Failure> {
     let set = sources.profiles()?;
     let mut notes = Vec::new();
     let (overhead, rule) = set.llama_cpp_gpu_overhead();
     let rule = rule.map(str::to_string);
-    let em = estimate_machine(sources, req, &set, &mut notes, overhead)?;
+    let em = estimate_machine(sources, req, set, &mut notes, overhead)?;
     if let Some(rule) = rule.filter(|_| em.machine.gpus.iter().any(|g| g.overhead_bytes > 0)) {
         notes.push(format!("per-GPU overhead from rule {rule}"));
     }
     let mut est = em.label(
-        llama_cpp::estimate(&spec, &req.params, &em.machine)
+        llama_cpp::estimate(spec, &req.params, &em.machine)
             .map_err(|e| estimate_failure(e, &req.model))?,
     );
     est.notes.extend(notes);
@@ -100,7 +109,7 @@ pub fn estimate_sweep(
     let set = sources.profiles()?;
     let mut notes = Vec::new();
     let (overhead, _) = set.llama_cpp_gpu_overhead();
-    let em = estimate_machine(sources, req, &set, &mut notes, overhead)?;
+    let em = estimate_machine(sources, req, set, &mut notes, overhead)?;
     let m = &em.machine;
     let values: Vec<u32> = match axis {
         SweepAxis::Context => {

@@ -52,7 +52,7 @@ pub fn import_measurements(
     }
     let set = sources.profiles()?;
     let (inv, _) = sources.inventory()?;
-    let fleet = crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp)
+    let fleet = crate::fleet::build(&inv, set, crate::profile::RuntimeId::LlamaCpp)
         .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
     let mut models: std::collections::BTreeMap<String, crate::model::ModelSpec> =
         std::collections::BTreeMap::new();
@@ -156,17 +156,18 @@ fn import_load_log(
         )
     })?;
     let params = log.params().map_err(|e| invalid(e.to_string()))?;
-    let est = estimate(
+    let est = estimate_loaded(
         sources,
         &EstimateRequest {
             model: model.to_path_buf(),
             params: params.clone(),
             hardware: None,
         },
+        &spec,
     )?;
     let set = sources.profiles()?;
     let (inv, _) = sources.inventory()?;
-    let fleet = crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp)
+    let fleet = crate::fleet::build(&inv, set, crate::profile::RuntimeId::LlamaCpp)
         .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
     let mut skipped: Vec<String> = log
         .malformed

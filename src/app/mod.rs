@@ -108,7 +108,11 @@ pub enum SettingOrigin {
     Env,
 }
 
-/// Settings every command shares, resolved once with one precedence (flag > environment > default).
+/// Settings every command shares, resolved once with one precedence (flag > environment > default), and the
+/// context a command builds from them, built once: the profile set (parsed and validated) and the inventory (a
+/// live probe costs up to 200 ms of `cuInit`). One `Sources` serves one command: what it loaded stays loaded
+/// for every step of that command (importing a load log used to load the profiles and probe twice). A clone
+/// carries what was loaded; build a new one to load afresh.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
     /// Inventory file replacing the live probe.
@@ -117,9 +121,33 @@ pub struct Sources {
     pub profile_dirs: Vec<PathBuf>,
     /// The measurement database.
     pub db: Option<PathBuf>,
+    /// What this command has loaded so far.
+    loaded: Loaded,
+}
+
+/// The profile set and the inventory, each loaded on first use. A failure is not kept: the next call tries
+/// again and fails the same way.
+#[derive(Debug, Clone, Default)]
+struct Loaded {
+    profiles: std::sync::OnceLock<ProfileSet>,
+    inventory: std::sync::OnceLock<(Inventory, &'static str)>,
 }
 
 impl Sources {
+    /// Sources with nothing loaded yet.
+    pub fn new(
+        inventory: Option<(PathBuf, SettingOrigin)>,
+        profile_dirs: Vec<PathBuf>,
+        db: Option<PathBuf>,
+    ) -> Self {
+        Sources {
+            inventory,
+            profile_dirs,
+            db,
+            loaded: Loaded::default(),
+        }
+    }
+
     /// The sources from flags, then the environment (`OPTIMIZER_INVENTORY`, `OPTIMIZER_DB`, XDG directories).
     pub fn from_env(
         inventory: Option<PathBuf>,
@@ -150,15 +178,20 @@ impl Sources {
                     home.as_deref(),
                 )
             });
-        Sources {
-            inventory,
-            profile_dirs,
-            db,
-        }
+        Sources::new(inventory, profile_dirs, db)
     }
 
-    /// The inventory: the fixture file when one is set, else the live probe.
+    /// The inventory: the fixture file when one is set, else the live probe; read or probed once per
+    /// command.
     pub fn inventory(&self) -> Result<(crate::hardware::Inventory, &'static str), Failure> {
+        if let Some(found) = self.loaded.inventory.get() {
+            return Ok(found.clone());
+        }
+        let found = self.read_inventory()?;
+        Ok(self.loaded.inventory.get_or_init(|| found).clone())
+    }
+
+    fn read_inventory(&self) -> Result<(crate::hardware::Inventory, &'static str), Failure> {
         use crate::hardware::{FixtureProbe, InventoryError, PlanProbe, Probe};
         // A GPU a built-in profile describes needs no SM count from the CUDA driver (~200 ms of cuInit); the
         // set is loaded only when NVML reports a GPU.
@@ -236,9 +269,13 @@ impl Sources {
         })
     }
 
-    /// The profile set in force (built-in + overlays).
-    pub fn profiles(&self) -> Result<crate::profile::ProfileSet, Failure> {
-        crate::profile::load(&self.profile_dirs).map_err(invalid_profiles)
+    /// The profile set in force (built-in + overlays), loaded once per command.
+    pub fn profiles(&self) -> Result<&ProfileSet, Failure> {
+        if let Some(set) = self.loaded.profiles.get() {
+            return Ok(set);
+        }
+        let set = crate::profile::load(&self.profile_dirs).map_err(invalid_profiles)?;
+        Ok(self.loaded.profiles.get_or_init(|| set))
     }
 }
 
@@ -325,5 +362,29 @@ pub fn host_identity(inv: &crate::hardware::Inventory) -> crate::store::HostIden
         physical_cores: inv.cpu.physical_cores,
         memory_total_bytes: inv.memory.total_bytes,
         hostname: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One command reads its inventory and its profiles once: a second step of the same command gets what the
+    /// first loaded (the file may be gone by then), and a new `Sources` reads afresh.
+    #[test]
+    fn a_command_loads_its_inventory_and_profiles_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = dir.path().join("inventory.yaml");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/inventories/laptop-rtx4060.yaml");
+        std::fs::copy(&fixture, &inv).unwrap();
+        let s = Sources::new(Some((inv.clone(), SettingOrigin::Flag)), Vec::new(), None);
+        let (first, source) = s.inventory().unwrap();
+        assert_eq!(source, "inventory");
+        std::fs::remove_file(&inv).unwrap();
+        assert_eq!(s.inventory().unwrap().0, first);
+        assert!(std::ptr::eq(s.profiles().unwrap(), s.profiles().unwrap()));
+        let again = Sources::new(Some((inv, SettingOrigin::Flag)), Vec::new(), None);
+        assert_eq!(again.inventory().unwrap_err().code, exit::USAGE);
     }
 }

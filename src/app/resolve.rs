@@ -63,14 +63,14 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         }
     };
     if let Some((n, id)) = &req.hardware.gpus {
-        inv = with_profiled_gpus(inv, *n, id, &set)?;
+        inv = with_profiled_gpus(inv, *n, id, set)?;
         source = "profile";
     }
     // One matching of devices to profiles: the store is asked about the fleet's devices, and the planner plans
     // on the same fleet.
     let mut fleet = crate::fleet::build(
         &inv,
-        &set,
+        set,
         plan::runtime_for(&spec, workload, &req.overrides),
     )
     .map_err(|e| {
@@ -94,7 +94,7 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         model_path: &path,
         inventory: &inv,
         hardware_source: source,
-        profiles: &set,
+        profiles: set,
         workload,
         evidence: &evidence,
         overrides: &req.overrides,

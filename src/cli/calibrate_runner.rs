@@ -127,7 +127,7 @@ pub(super) fn run(args: &RunnerArgs, common: &Common) -> Result<(), Failure> {
     let set = common.profiles()?;
     let (inv, _) = common.inventory()?;
     let s = sweep(args, inv.cpu.physical_cores)?;
-    let fleet = crate::fleet::build(&inv, &set, crate::profile::RuntimeId::LlamaCpp)
+    let fleet = crate::fleet::build(&inv, set, crate::profile::RuntimeId::LlamaCpp)
         .map_err(|e| Failure::new(exit::INVALID_INPUT, e))?;
     let store = common.store()?;
     let bench = program(args);

@@ -21,7 +21,7 @@ pub(super) fn run(common: &Common, format: OutputFormat) -> Result<(), Failure> 
         OutputFormat::Yaml | OutputFormat::Json => render(&inv, format)?,
         OutputFormat::Table => {
             let profiles = common.profiles()?;
-            table(&inv, source, &profiles)
+            table(&inv, source, profiles)
         }
     };
     write_stdout(&text)

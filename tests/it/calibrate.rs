@@ -76,11 +76,11 @@ impl CpuBench for Scaled {
 }
 
 fn sources(db: &Path, inventory: &str) -> Sources {
-    Sources {
-        inventory: Some((fixture(inventory), optimizer::app::SettingOrigin::Flag)),
-        profile_dirs: vec![],
-        db: Some(db.to_path_buf()),
-    }
+    Sources::new(
+        Some((fixture(inventory), optimizer::app::SettingOrigin::Flag)),
+        vec![],
+        Some(db.to_path_buf()),
+    )
 }
 
 /// `app::calibrate` of the CPU alone with `bench`, to the end (no GPU, no stop).
@@ -174,11 +174,11 @@ fn another_cpus_calibration_is_not_used() {
     inv["cpu"]["model"] = "Another EPYC".into();
     let other = dir.path().join("other.yaml");
     std::fs::write(&other, serde_yaml_ng::to_string(&inv).unwrap()).unwrap();
-    let s = Sources {
-        inventory: Some((other, optimizer::app::SettingOrigin::Flag)),
-        profile_dirs: vec![],
-        db: Some(db.clone()),
-    };
+    let s = Sources::new(
+        Some((other, optimizer::app::SettingOrigin::Flag)),
+        vec![],
+        Some(db.clone()),
+    );
     calibrate_cpu(&s, false, &mut Scaled(2.0));
     assert_eq!(
         resolve(&db, CPU_INVENTORY, "chat")["performance"]["basis"],
@@ -468,11 +468,11 @@ fn calibrate_is_bounded_by_this_machines_threads_and_memory_not_the_inventorys()
     inv["cpu"]["logical_cpus"] = 4096.into();
     let big = dir.path().join("big.yaml");
     std::fs::write(&big, serde_yaml_ng::to_string(&inv).unwrap()).unwrap();
-    let s = Sources {
-        inventory: Some((big, optimizer::app::SettingOrigin::Flag)),
-        profile_dirs: vec![],
-        db: Some(db),
-    };
+    let s = Sources::new(
+        Some((big, optimizer::app::SettingOrigin::Flag)),
+        vec![],
+        Some(db),
+    );
     let mut bench = Small::default();
     let done = calibrate_cpu(&s, false, &mut bench);
     assert_eq!(bench.most_threads, 2);
@@ -502,11 +502,11 @@ fn a_same_named_cpu_with_other_cores_is_not_this_machines_calibration() {
     inv["cpu"]["logical_cpus"] = 128.into();
     let other = dir.path().join("other.yaml");
     std::fs::write(&other, serde_yaml_ng::to_string(&inv).unwrap()).unwrap();
-    let s = Sources {
-        inventory: Some((other, optimizer::app::SettingOrigin::Flag)),
-        profile_dirs: vec![],
-        db: Some(db.clone()),
-    };
+    let s = Sources::new(
+        Some((other, optimizer::app::SettingOrigin::Flag)),
+        vec![],
+        Some(db.clone()),
+    );
     calibrate_cpu(&s, true, &mut Scaled(2.0));
     assert_eq!(
         resolve(&db, CPU_INVENTORY, "chat")["performance"]["basis"],

@@ -203,10 +203,7 @@ fn a_full_disk_while_creating_the_store_is_not_an_invalid_file() {
 #[test]
 fn store_errors_exit_1_for_the_environment_and_4_for_the_file() {
     let d = tempfile::tempdir().unwrap();
-    let common = |db: &Path| Common {
-        db: Some(db.to_path_buf()),
-        ..Common::default()
-    };
+    let common = |db: &Path| Common::new(None, Vec::new(), Some(db.to_path_buf()));
     let f = common(Path::new("/proc/self/optimizer.db"))
         .store()
         .unwrap_err();
