@@ -626,13 +626,35 @@ pub struct UsableMemory {
     pub source: String,
 }
 
+/// Why a GPU's usable memory, or the GPU a profile describes, cannot be given.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MatchError {
+    /// A GPU that shares the machine's memory (Apple silicon), with no profile to say how much it may hold.
+    #[error(
+        "{gpu}: shares the machine's memory, and without a profile nothing says how much of it the GPU may hold"
+    )]
+    NoWorkingSet { gpu: String },
+    /// Its profile has no working-set tier for its memory size.
+    #[error(
+        "{gpu}: shares the machine's memory, and profile {profile} has no gpu_working_set tier for {memory_gib:.1} GiB"
+    )]
+    NoWorkingSetTier {
+        gpu: String,
+        profile: String,
+        memory_gib: f64,
+    },
+    /// `--hardware` named a profile that describes no GPU one can plan on.
+    #[error("{profile}: {what}")]
+    NotAGpu { profile: String, what: &'static str },
+}
+
 /// Bytes a GPU may hold at once. A discrete GPU: its memory. A GPU that shares the machine's memory (Apple
 /// silicon's Metal): the working set the machine reported (`gpu_working_set_bytes`), else the matched
 /// profile's `gpu_working_set` share of the machine's memory. An error says what is missing.
 pub fn usable_gpu_bytes(
     gpu: &Gpu,
     profile: Option<&HardwareProfile>,
-) -> Result<UsableMemory, String> {
+) -> Result<UsableMemory, MatchError> {
     if !shares_memory(gpu) {
         return Ok(UsableMemory {
             bytes: gpu.memory_total_bytes,
@@ -646,18 +668,16 @@ pub fn usable_gpu_bytes(
         });
     }
     let Some(p) = profile else {
-        return Err(format!(
-            "{}: shares the machine's memory, and without a profile nothing says how much of it the GPU may hold",
-            gpu.name
-        ));
+        return Err(MatchError::NoWorkingSet {
+            gpu: gpu.name.clone(),
+        });
     };
     let Some(fraction) = working_set_fraction(&p.gpu_working_set, gpu.memory_total_bytes) else {
-        return Err(format!(
-            "{}: shares the machine's memory, and profile {} has no gpu_working_set tier for {:.1} GiB",
-            gpu.name,
-            p.id,
-            gpu.memory_total_bytes as f64 / GIB
-        ));
+        return Err(MatchError::NoWorkingSetTier {
+            gpu: gpu.name.clone(),
+            profile: p.id.clone(),
+            memory_gib: gpu.memory_total_bytes as f64 / GIB,
+        });
     };
     // Truncation is the conservative rounding; the product stays below memory_total_bytes (fraction ≤ 1).
     let bytes = (gpu.memory_total_bytes as f64 * fraction) as u64;
@@ -683,23 +703,34 @@ pub fn gpu_from_profile(
     p: &HardwareProfile,
     index: u32,
     machine_memory_bytes: u64,
-) -> Result<Gpu, String> {
+) -> Result<Gpu, MatchError> {
     let vendor = match p.vendor {
         Vendor::Nvidia => GpuVendor::Nvidia,
         Vendor::Amd => GpuVendor::Amd,
         Vendor::Intel => GpuVendor::Intel,
         Vendor::Apple => GpuVendor::Apple,
         Vendor::Generic => {
-            return Err(format!("{}: a generic profile describes no GPU", p.id));
+            return Err(MatchError::NotAGpu {
+                profile: p.id.clone(),
+                what: "a generic profile describes no GPU",
+            });
         }
     };
     let (memory, unified) = match p.kind {
-        DeviceKind::Cpu => return Err(format!("{}: a CPU class, not a GPU", p.id)),
+        DeviceKind::Cpu => {
+            return Err(MatchError::NotAGpu {
+                profile: p.id.clone(),
+                what: "a CPU class, not a GPU",
+            });
+        }
         DeviceKind::Soc => (machine_memory_bytes, true),
         DeviceKind::Gpu => (
             p.memory
                 .plannable_bytes()
-                .ok_or_else(|| format!("{}: a GPU profile without memory.size_bytes", p.id))?,
+                .ok_or_else(|| MatchError::NotAGpu {
+                    profile: p.id.clone(),
+                    what: "a GPU profile without memory.size_bytes",
+                })?,
             false,
         ),
     };

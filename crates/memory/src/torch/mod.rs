@@ -209,37 +209,65 @@ fn module_of(name: &str) -> &str {
     name.rsplit_once('.').map_or(name, |(m, _)| m)
 }
 
+/// Why a checkpoint is outside what the training memory model covers (the planner refuses to plan its
+/// training, exit 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrainingModelError {
+    #[error(
+        "the checkpoint is already quantized (GPTQ/AWQ/FP8): training plans start from a 16- or 32-bit checkpoint (QLoRA quantizes it itself)"
+    )]
+    Quantized,
+    #[error(
+        "a mixture-of-experts model: training plans cover dense transformers (expert routing and expert parallelism are not modelled)"
+    )]
+    MixtureOfExperts,
+    #[error(
+        "multi-head latent attention or recurrent layers: training plans cover standard attention transformers"
+    )]
+    Attention,
+    /// A hyper-parameter the inventory needs, which config.json does not give (`no hidden_size`).
+    #[error("no {0}")]
+    Missing(&'static str),
+    #[error("the checkpoint holds no tensors")]
+    NoTensors,
+    #[error("parameter count overflows 64 bits")]
+    Overflow,
+}
+
 /// Why a model is outside what the training memory model covers, or its inventory.
-pub fn inventory(model: &ModelSpec) -> Result<Inventory, String> {
+pub fn inventory(model: &ModelSpec) -> Result<Inventory, TrainingModelError> {
     let h = &model.hparams;
     if model.tensors.iter().any(|t| t.role == Role::QuantState) || h.quantization.is_some() {
-        return Err("the checkpoint is already quantized (GPTQ/AWQ/FP8): training plans start from a 16- or 32-bit checkpoint (QLoRA quantizes it itself)".into());
+        return Err(TrainingModelError::Quantized);
     }
     if h.expert_count.unwrap_or(0) > 0 {
-        return Err("a mixture-of-experts model: training plans cover dense transformers (expert routing and expert parallelism are not modelled)".into());
+        return Err(TrainingModelError::MixtureOfExperts);
     }
     if h.kv_lora_rank.is_some()
         || h.ssm.is_some()
         || !h.recurrent_layers.is_empty() && h.recurrent_layers.iter().any(|&r| r)
     {
-        return Err("multi-head latent attention or recurrent layers: training plans cover standard attention transformers".into());
+        return Err(TrainingModelError::Attention);
     }
     let hidden = h
         .embedding_length
         .filter(|&x| x > 0)
-        .ok_or("no hidden_size")?;
+        .ok_or(TrainingModelError::Missing("hidden_size"))?;
     let layers = h
         .block_count
         .filter(|&x| x > 0)
-        .ok_or("no num_hidden_layers")?;
+        .ok_or(TrainingModelError::Missing("num_hidden_layers"))?;
     let heads = h.head_count.as_ref().map_or(0, |x| x.max());
     if heads == 0 {
-        return Err("no num_attention_heads".into());
+        return Err(TrainingModelError::Missing("num_attention_heads"));
     }
     let kv_heads = h.head_count_kv.as_ref().map_or(heads, |x| x.max()).max(1);
     let head_dim = h.key_length.filter(|&k| k > 0).unwrap_or(hidden / heads);
     let ffn = h.feed_forward_length.as_ref().map_or(0, |x| x.max()).max(1);
-    let vocab = h.vocab_size.filter(|&v| v > 0).ok_or("no vocab_size")?;
+    let vocab = h
+        .vocab_size
+        .filter(|&v| v > 0)
+        .ok_or(TrainingModelError::Missing("vocab_size"))?;
     let mut modules: BTreeMap<&str, u64> = BTreeMap::new();
     let mut total: u64 = 0;
     let mut linears = Vec::new();
@@ -248,7 +276,7 @@ pub fn inventory(model: &ModelSpec) -> Result<Inventory, String> {
     for t in &model.tensors {
         total = total
             .checked_add(t.parameters)
-            .ok_or("parameter count overflows 64 bits")?;
+            .ok_or(TrainingModelError::Overflow)?;
         let m = module_of(&t.name);
         *modules.entry(m).or_default() += t.parameters;
         if t.role == Role::Norm && t.name.ends_with(".bias") {
@@ -276,7 +304,7 @@ pub fn inventory(model: &ModelSpec) -> Result<Inventory, String> {
         .iter()
         .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
         .map(|(n, p)| (n.to_string(), *p))
-        .ok_or("the checkpoint holds no tensors")?;
+        .ok_or(TrainingModelError::NoTensors)?;
     Ok(Inventory {
         total,
         largest_module: largest,

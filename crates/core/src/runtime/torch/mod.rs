@@ -162,7 +162,7 @@ impl<'a> Torch<'a> {
                 "a GGUF file: training plans need the safetensors checkpoint (Hugging Face format) the GGUF was converted from; GGUF holds inference weights, often already quantized".into(),
             ));
         }
-        let inv = mem::inventory(model).map_err(PlanError::UnsupportedFormat)?;
+        let inv = mem::inventory(model).map_err(|e| PlanError::UnsupportedFormat(e.to_string()))?;
         let (gpus, warnings) = super::cuda_gpus(
             fleet,
             "training plans",
