@@ -28,7 +28,7 @@ pub(super) struct Planned {
 impl Planned {
     pub(super) fn read(path: &Path) -> Result<Planned, Failure> {
         let text = read_input(path, MAX_DEPLOYMENT_BYTES, "deployment")?;
-        let doc: Deployment = serde_yaml_ng::from_str(&text).map_err(|e| {
+        let doc: Deployment = crate::yaml::from_str(&text).map_err(|e| {
             Failure::new(
                 exit::INVALID_INPUT,
                 anyhow::anyhow!(

@@ -726,3 +726,29 @@ mod pyyaml {
         }
     }
 }
+
+/// An alias-expansion bomb read untyped: an anchor of 100,000 scalars replayed by 1,000 aliases (203 KB of
+/// text, 100 million nodes). serde_yaml_ng built it whole as a profile (`profiles validate`: 60.7 s and 16.4 GB
+/// in a release build before the reader moved to serde-saphyr); its node budget refuses it as it parses, and
+/// the command exits 4 naming the file.
+#[test]
+fn an_alias_expansion_bomb_in_a_profile_is_refused_by_the_node_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let hw = dir.path().join("hardware");
+    std::fs::create_dir_all(&hw).unwrap();
+    let p = hw.join("bomb.yaml");
+    let text = format!(
+        "a: &a [{}]\nb: [{}]\n",
+        vec!["x"; 100_000].join(","),
+        vec!["*a"; 1000].join(",")
+    );
+    std::fs::write(&p, text).unwrap();
+    let o = run(
+        &["profiles", "validate", dir.path().to_str().unwrap()],
+        dir.path(),
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{e}");
+    assert!(e.contains("bomb.yaml"), "names the file: {e}");
+    assert!(e.contains("budget"), "says which limit refused it: {e}");
+}

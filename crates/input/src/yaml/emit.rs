@@ -11,8 +11,8 @@ use super::scanner::Scanner;
 /// float written in a form YAML 1.1 does not know (`1e-5`, `1.5e7`: PyYAML wants a point and a signed
 /// exponent) rewritten as `1.0e-5`, `1.5e+7`.
 ///
-/// serde_yaml_ng has no per-scalar style, so the text it emits is scanned with the same libyaml-faithful
-/// scanner as input ([`check_depth`](super::check_depth)) for its plain scalars; serde_yaml_ng itself says
+/// serde_yaml_ng has no per-scalar style, so the text it emits is scanned with a libyaml-faithful scanner for
+/// its plain scalars; serde_yaml_ng itself says
 /// which of them are typed values (it quotes every string a YAML 1.2 reader would retype, so a plain scalar it
 /// reads as a number, boolean or null is one).
 pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_yaml_ng::Error> {

@@ -1,7 +1,8 @@
-//! The depth check's tokenizer: the part of libyaml's scanner (unsafe-libyaml 0.2.11, `scanner.rs`) that decides
+//! A libyaml-faithful tokenizer: the part of libyaml's scanner (unsafe-libyaml 0.2.11, `scanner.rs`) that decides
 //! nesting and where each token begins and ends, followed token by token so that no structure hides in what a
-//! simpler scan would take for a string or a comment. [`super::check_depth`] runs it with a depth bound;
-//! [`super::to_string`] runs it unbounded to find the plain scalars of serde_yaml_ng's output.
+//! simpler scan would take for a string or a comment. [`super::to_string`] runs it unbounded to find the plain
+//! scalars of serde_yaml_ng's output; the tests run it with a depth bound, against libyaml, as the depth check
+//! input once went through (input is now bounded by serde-saphyr's budgets).
 
 /// libyaml forgets a possible simple key (`key: value`) after this many characters (`scanner.rs`,
 /// `yaml_parser_stale_simple_keys`); the scan follows it so the block indentation it rolls stays libyaml's.
