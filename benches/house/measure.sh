@@ -8,6 +8,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 commit="${1:-HEAD}"
 work="$(mktemp -d)"
+# Traversable by others: a test runs the binary as `nobody` (setpriv) to check a write-protected database.
+chmod 755 "$work"
 trap 'rm -rf "$work"' EXIT
 git clone -q "$root" "$work/clone"
 cd "$work/clone"
