@@ -324,26 +324,14 @@ pub fn lookup_failure(e: crate::profile::lookup::LookupError, kind: &str) -> Fai
     ))
 }
 
-/// Seconds since the Unix epoch as RFC 3339 UTC (`2026-11-22T23:59:59Z`), by the civil-from-days algorithm
-/// (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms").
+/// The last second RFC 3339's four-digit year can write: 9999-12-31T23:59:59Z.
+const LAST_RFC3339_SECOND: u64 = 253_402_300_799;
+
+/// Seconds since the Unix epoch as RFC 3339 UTC (`2026-11-22T23:59:59Z`), through `humantime`; a time past
+/// the year 9999 (no clock gives one) is written as its last second rather than failing.
 pub fn rfc3339(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.min(LAST_RFC3339_SECOND));
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// The time now as RFC 3339 UTC (a run's start and finish).
@@ -386,5 +374,14 @@ mod tests {
         assert!(std::ptr::eq(s.profiles().unwrap(), s.profiles().unwrap()));
         let again = Sources::new(Some((inv, SettingOrigin::Flag)), Vec::new(), None);
         assert_eq!(again.inventory().unwrap_err().code, exit::USAGE);
+    }
+
+    /// The store's timestamps: the epoch, a leap day, the last second of a year, and a time past year 9999.
+    #[test]
+    fn rfc3339_writes_utc_seconds() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_798_761_599), "2026-12-31T23:59:59Z");
+        assert_eq!(rfc3339(u64::MAX), "9999-12-31T23:59:59Z");
     }
 }

@@ -263,3 +263,24 @@ fn the_cycle_check_finds_a_planted_cycle() {
     g.get_mut("c").unwrap().clear();
     assert_eq!(cycle(&g), None);
 }
+
+/// Issue 23: no source file of the workspace over 800 lines (src/app.rs had 1,821); a file that grows past it
+/// is split by responsibility.
+#[test]
+fn no_source_file_is_over_800_lines() {
+    const MAX_LINES: usize = 800;
+    let mut files = Vec::new();
+    sources(&root().join("src"), &mut files);
+    for (dir, _) in workspace().into_values().filter(|(d, _)| d != ".") {
+        sources(&root().join(dir).join("src"), &mut files);
+    }
+    assert!(files.len() > 100, "{} files", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).expect("read").lines().count();
+            (n > MAX_LINES).then(|| format!("{}: {n} lines", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
+}
