@@ -10,6 +10,8 @@ use super::{BenchError, Config, EXCERPT_CHARS};
 
 /// Largest response head (status line and headers): servers send a few hundred bytes; 64 KiB covers any proxy.
 const MAX_HEAD_BYTES: usize = 64 << 10;
+/// Most headers in one response head: servers send about ten.
+const MAX_HEADERS: usize = 1024;
 /// Largest line of a response (one SSE line, a chunk-size line): a streamed chunk with timings and usage is under
 /// 1 KiB; 4 MiB leaves room for per-token log-probabilities without letting a server exhaust memory.
 const MAX_LINE_BYTES: usize = 4 << 20;
@@ -248,13 +250,18 @@ fn read_line<R: BufRead>(r: &mut R, max: usize, line: &mut Vec<u8>) -> io::Resul
     Ok(true)
 }
 
-/// The status line and headers (informational 1xx responses skipped).
+/// The status line and headers (informational 1xx responses skipped): each head's lines are read within
+/// [`MAX_HEAD_BYTES`] (all heads together) and [`MAX_HEADERS`], then parsed by `httparse`.
 pub(super) fn read_head<R: BufRead>(r: &mut R) -> io::Result<Head> {
     let mut line = Vec::new();
+    let mut raw = Vec::new();
     let mut used = 0usize;
     loop {
-        let mut next = |line: &mut Vec<u8>| -> io::Result<String> {
-            if !read_line(r, MAX_HEAD_BYTES, line)? {
+        // One head's lines, each re-ended by CRLF, up to and including the empty line.
+        raw.clear();
+        let mut lines = 0usize;
+        loop {
+            if !read_line(r, MAX_HEAD_BYTES, &mut line)? {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the connection closed before a complete response head",
@@ -266,58 +273,71 @@ pub(super) fn read_head<R: BufRead>(r: &mut R) -> io::Result<Head> {
                     "a response head over {MAX_HEAD_BYTES} bytes"
                 )));
             }
-            Ok(String::from_utf8_lossy(line).into_owned())
-        };
-        let status_line = next(&mut line)?;
-        let mut parts = status_line.splitn(3, ' ');
-        let version = parts.next().unwrap_or("");
-        if !version.starts_with("HTTP/1.") {
-            return Err(invalid(format!(
-                "not an HTTP/1.x response: {}",
-                excerpt(status_line.as_bytes())
-            )));
+            if lines == 0 && line.is_empty() {
+                // httparse would skip it; an empty status line is no HTTP response.
+                return Err(invalid("not an HTTP/1.x response: "));
+            }
+            if lines > MAX_HEADERS && !line.is_empty() {
+                return Err(invalid(format!(
+                    "a response head over {MAX_HEADERS} headers"
+                )));
+            }
+            lines += 1;
+            raw.extend_from_slice(&line);
+            raw.extend_from_slice(b"\r\n");
+            if line.is_empty() {
+                break;
+            }
         }
-        let status: u16 = parts
-            .next()
-            .and_then(|s| s.parse().ok())
+        // The status line and the empty line are not headers.
+        let mut headers = vec![httparse::EMPTY_HEADER; lines.saturating_sub(2)];
+        let mut res = httparse::Response::new(&mut headers);
+        let status_line = || excerpt(raw.split(|b| *b == b'\n').next().unwrap_or_default());
+        match res.parse(&raw) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Ok(httparse::Status::Partial) => {
+                return Err(invalid(format!(
+                    "an incomplete response head {}",
+                    excerpt(&raw)
+                )));
+            }
+            Err(httparse::Error::Version) => {
+                return Err(invalid(format!(
+                    "not an HTTP/1.x response: {}",
+                    status_line()
+                )));
+            }
+            Err(httparse::Error::Status | httparse::Error::Token) => {
+                return Err(invalid(format!("bad status line {}", status_line())));
+            }
+            Err(_) => return Err(invalid(format!("bad header line {}", bad_header(&raw)))),
+        }
+        let status = res
+            .code
             .filter(|s| (100..=999).contains(s))
-            .ok_or_else(|| {
-                invalid(format!(
-                    "bad status line {}",
-                    excerpt(status_line.as_bytes())
-                ))
-            })?;
-        let reason = parts.next().unwrap_or("").trim().to_string();
+            .ok_or_else(|| invalid(format!("bad status line {}", status_line())))?;
+        let reason = res.reason.unwrap_or("").trim().to_string();
         let mut content_type = None;
         let mut chunked = false;
         let mut length: Option<u64> = None;
-        loop {
-            let h = next(&mut line)?;
-            if h.is_empty() {
-                break;
-            }
-            let (name, value) = h
-                .split_once(':')
-                .ok_or_else(|| invalid(format!("bad header line {}", excerpt(h.as_bytes()))))?;
+        for h in res.headers.iter() {
+            let value = String::from_utf8_lossy(h.value);
             let value = value.trim();
-            match name.trim().to_ascii_lowercase().as_str() {
-                "content-type" => content_type = Some(value.to_string()),
-                "transfer-encoding" => {
-                    chunked = value
-                        .rsplit(',')
-                        .next()
-                        .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+            if h.name.eq_ignore_ascii_case("content-type") {
+                content_type = Some(value.to_string());
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = value
+                    .rsplit(',')
+                    .next()
+                    .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+            } else if h.name.eq_ignore_ascii_case("content-length") {
+                let n: u64 = value
+                    .parse()
+                    .map_err(|_| invalid(format!("Content-Length {value:?} is not a number")))?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(invalid("conflicting Content-Length headers"));
                 }
-                "content-length" => {
-                    let n: u64 = value.parse().map_err(|_| {
-                        invalid(format!("Content-Length {value:?} is not a number"))
-                    })?;
-                    if length.is_some_and(|l| l != n) {
-                        return Err(invalid("conflicting Content-Length headers"));
-                    }
-                    length = Some(n);
-                }
-                _ => {}
+                length = Some(n);
             }
         }
         if (100..200).contains(&status) {
@@ -336,6 +356,17 @@ pub(super) fn read_head<R: BufRead>(r: &mut R) -> io::Result<Head> {
             framing,
         });
     }
+}
+
+/// The first header line of `raw` (a head, CRLF-ended lines) that `httparse` rejects, for the error message.
+fn bad_header(raw: &[u8]) -> String {
+    raw.split(|b| *b == b'\n')
+        .skip(1)
+        .find(|l| {
+            let mut one = [httparse::EMPTY_HEADER];
+            httparse::parse_headers(&[l, &b"\n\r\n"[..]].concat(), &mut one).is_err()
+        })
+        .map_or_else(String::new, excerpt)
 }
 
 /// A response body, de-framed (chunked transfer coding or Content-Length), capped at [`MAX_BODY_BYTES`].
