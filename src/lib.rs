@@ -8,7 +8,7 @@
 pub mod app;
 pub mod cli;
 
-pub use optimizer_core::{emit, evidence, fleet, perf, plan, profile, runtime, schema};
+pub use optimizer_core::{emit, evidence, fleet, perf, plan, profile, runtime, schema, units};
 pub use optimizer_input::{input, yaml};
 pub use optimizer_machine::{calibrate, probe};
 pub use optimizer_memory as memory;

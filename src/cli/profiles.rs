@@ -69,8 +69,6 @@ pub(super) enum ListKind {
     Rules,
 }
 
-const GIB: f64 = 1073741824.0;
-
 #[derive(Serialize)]
 struct Listed<'a> {
     id: &'a str,
@@ -267,7 +265,7 @@ pub(super) fn list(
                         "{:<w$}  {:<4}  {:>7}  {:>7}  {:>7}  {:>7}  {}{}",
                         r.id,
                         kind,
-                        figure(r.memory_bytes.map(|b| b as f64 / GIB), 1),
+                        figure(r.memory_bytes.map(crate::units::gib), 1),
                         figure(r.bandwidth_gb_s, 0),
                         figure(r.bf16_tflops, 1),
                         figure(r.fp16_tflops, 1),

@@ -2,6 +2,7 @@
 //! and the workload preset, plans, and writes the deployment document (YAML by default) to stdout or, atomically,
 //! to `-o FILE`. Exit code 3 when nothing fits; the document then explains the nearest candidate.
 
+use crate::units::gib;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -185,12 +186,6 @@ fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
 fn on_off(b: bool) -> &'static str {
     if b { "on" } else { "off" }
 }
-
-fn gib(bytes: u64) -> f64 {
-    bytes as f64 / GIB
-}
-
-const GIB: f64 = 1073741824.0;
 
 /// The sentences of a decision, grouped so that `--explain` (all of them, in this order) and
 /// `--format table` (under headings, with memory as bars and the first alternatives) say the same thing.

@@ -14,3 +14,4 @@ pub mod plan;
 pub mod profile;
 pub mod runtime;
 pub mod schema;
+pub mod units;

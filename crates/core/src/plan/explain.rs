@@ -86,7 +86,7 @@ fn why_lost<R: Runtime>(
     objective: Objective,
     w: &WorkloadProfile,
 ) -> String {
-    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    use crate::units::gib;
     if !c.fits() {
         return format!(
             "does not fit: {:.2} GiB over on its fullest device",

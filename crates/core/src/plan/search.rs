@@ -16,7 +16,7 @@ pub const TIE: f64 = 0.01;
 /// candidates on the same GPUs both fill them and differ only by the leftover below one KV block, which no
 /// reader can see and no plan should be chosen for.
 pub fn shown_memory(bytes: u64) -> u64 {
-    (bytes as f64 / f64::from(1u32 << 30) * 100.0).round() as u64
+    (crate::units::gib(bytes) * 100.0).round() as u64
 }
 
 /// Every candidate the search fitted, in the order it visited them.

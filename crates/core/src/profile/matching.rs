@@ -391,7 +391,7 @@ fn shares_memory(gpu: &Gpu) -> bool {
     gpu.unified_memory || gpu.vendor == GpuVendor::Apple
 }
 
-const GIB: f64 = 1_073_741_824.0;
+use crate::units::gib;
 
 /// Lower bounds for a GPU no profile describes and whose probe gave no clocks: the lowest bandwidth (and, among
 /// peers of its own architecture, the lowest FP16 tensor and FP32 vector TFLOPS) of the profiled peers, most
@@ -491,7 +491,7 @@ fn heuristic<'a>(
         let among = if kind == DeviceKind::Gpu {
             format!(
                 "{peers_are} with at most {:.1} GiB",
-                gpu.memory_total_bytes as f64 / GIB
+                gib(gpu.memory_total_bytes)
             )
         } else {
             peers_are

@@ -70,7 +70,7 @@ pub fn usable_gpu_bytes(
         return Err(MatchError::NoWorkingSetTier {
             gpu: gpu.name.clone(),
             profile: p.id.clone(),
-            memory_gib: gpu.memory_total_bytes as f64 / GIB,
+            memory_gib: gib(gpu.memory_total_bytes),
         });
     };
     // Truncation is the conservative rounding; the product stays below memory_total_bytes (fraction ≤ 1).
@@ -85,7 +85,7 @@ pub fn usable_gpu_bytes(
         source: format!(
             "profile {} gpu_working_set: {fraction} of {:.1} GiB{why}",
             p.id,
-            gpu.memory_total_bytes as f64 / GIB
+            gib(gpu.memory_total_bytes)
         ),
     })
 }

@@ -375,7 +375,7 @@ impl LlamaCpp<'_> {
     pub(super) fn suggest(&self, near: &Candidate<Point>, all: &[Candidate<Point>]) -> Vec<String> {
         let w = self.workload();
         let model = self.req.model;
-        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        use crate::units::gib;
         let overflow = near.eval.overflow;
         let mut s = vec![format!(
             "the nearest configuration ({}) needs {:.2} GiB more on its fullest device",

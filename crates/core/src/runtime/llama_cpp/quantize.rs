@@ -20,7 +20,7 @@ const LLAMA3_8B_PARAMS: f64 = 8_030_261_248.0;
 const fn k_mix(name: &'static str, gib_at_llama3_8b: f64) -> Quant {
     Quant {
         name,
-        bits_per_weight: gib_at_llama3_8b * 1_073_741_824.0 * 8.0 / LLAMA3_8B_PARAMS,
+        bits_per_weight: gib_at_llama3_8b * crate::units::GIB_BYTES as f64 * 8.0 / LLAMA3_8B_PARAMS,
     }
 }
 

@@ -407,7 +407,7 @@ impl<'a> Torch<'a> {
     }
 
     fn gib(b: u64) -> f64 {
-        b as f64 / f64::from(1u32 << 30)
+        crate::units::gib(b)
     }
 }
 

@@ -197,7 +197,7 @@ pub(super) fn tp_sizes(
 /// `EngineArgs.get_batch_defaults`, OPENAI_API_SERVER): 16384 from 160 GiB, 8192 from 70 GiB except A100s, 2048
 /// otherwise.
 pub(super) fn batched_tokens(g: &FleetGpu) -> (u32, String) {
-    const GIB: u64 = 1 << 30;
+    use crate::units::{GIB_BYTES as GIB, gib};
     let mem = g.memory_total_bytes;
     let a100 = g.name.to_lowercase().contains("a100") || g.profile.contains("a100");
     let t = if mem >= 160 * GIB {
@@ -211,7 +211,7 @@ pub(super) fn batched_tokens(g: &FleetGpu) -> (u32, String) {
         t,
         format!(
             "vLLM 0.33's own default for vllm serve on a {:.0} GiB {} (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults): the chunk a prefill is cut into, kept so the plan runs the scheduler vLLM tunes",
-            mem as f64 / GIB as f64,
+            gib(mem),
             g.name
         ),
     )

@@ -63,7 +63,7 @@ impl Vllm<'_> {
             prov.insert(k.to_string(), Provenance { source, detail });
         };
         let ov = self.req.overrides;
-        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        use crate::units::gib;
         put(
             "settings.tensor_parallel_size",
             if ov.tensor_parallel.is_some() {

@@ -198,7 +198,7 @@ impl Runtime for Vllm<'_> {
     }
 
     fn suggestions(&self, near: &Candidate<Point>, _all: &[Candidate<Point>]) -> Vec<String> {
-        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        use crate::units::gib;
         let mut s = vec![format!(
             "the nearest configuration ({}) needs {:.2} GiB more on each of its GPUs",
             self.label(near),
