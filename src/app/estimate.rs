@@ -158,7 +158,7 @@ pub fn estimate_sweep(
         // The memory model lists the host first, then the GPUs in the machine's order.
         let room = match i.checked_sub(1) {
             None => em.host_room,
-            Some(g) => em.gpu_rooms.get(g).copied().flatten(),
+            Some(g) => em.gpu_rooms.get(g).copied(),
         };
         let largest_fit = room.and_then(|r| {
             rows.iter()
@@ -183,8 +183,8 @@ pub fn estimate_sweep(
 /// sweep's largest fit.
 struct EstimateMachine {
     machine: Machine,
-    /// Free memory less the memory-reserve rules, per GPU in the machine's order (`None`: not known).
-    gpu_rooms: Vec<Option<u64>>,
+    /// Free memory less the memory-reserve rules, per GPU in the machine's order.
+    gpu_rooms: Vec<u64>,
     /// The host's available memory less its reserve, when the host is this machine or its inventory.
     host_room: Option<u64>,
     /// Each GPU's name in the estimate, in the machine's order: its device id in the fleet (`cuda:1`,
@@ -207,7 +207,7 @@ impl EstimateMachine {
 /// Otherwise the fleet `resolve` plans on (`fleet::build` for llama.cpp), reduced to the GPUs llama-server
 /// drives (`runtime::llama_cpp::drivable_gpus`): CUDA, ROCm or Metal, whichever backend holds the most, each with
 /// the fleet's capacity (a Metal GPU's working set) and reserves, so `estimate` and `resolve` agree on every
-/// device (`tests/it/estimate.rs`, `one_view_of_devices`).
+/// device (`tests/it/estimate.rs`, `estimate_and_resolve_share_one_view_of_devices`).
 fn estimate_machine(
     sources: &Sources,
     req: &EstimateRequest,
@@ -243,9 +243,7 @@ fn estimate_machine(
                             })
                             .collect(),
                     },
-                    gpu_rooms: (0..*n)
-                        .map(|_| Some(free.saturating_sub(reserve)))
-                        .collect(),
+                    gpu_rooms: vec![free.saturating_sub(reserve); *n as usize],
                     host_room: None,
                     gpu_labels: (0..*n).map(|i| format!("cuda:{i}")).collect(),
                 }
@@ -284,7 +282,7 @@ fn estimate_machine(
         machine: crate::runtime::llama_cpp::machine_on(&inv.cpu.features, &gpus, overhead),
         gpu_rooms: gpus
             .iter()
-            .map(|g| Some(g.capacity_bytes.saturating_sub(g.reserve_bytes)))
+            .map(|g| g.capacity_bytes.saturating_sub(g.reserve_bytes))
             .collect(),
         host_room: Some(
             fleet

@@ -6,10 +6,10 @@
 //! scanned the whole document (its scanner is quadratic in nesting depth: 100,000 nested `[` took 80 s in a
 //! debug build), and it expanded a 203 KB anchor-and-alias document to 6.3 GB before refusing anything; a
 //! hand-written pre-check that followed libyaml's scanner covered depth only, and a reader that skipped it
-//! (`observe`'s deployment) spent 4.3 s on 40,000 nested `{a: `. The document goes through the budgets
-//! whole before it is typed (typing stops at its first mismatch, which would hide a breach further on), and
-//! a type error names its field's path (`cpu.physical_cores`, through serde_path_to_error) as
-//! serde_yaml_ng's did.
+//! (`observe`'s deployment) spent 4.3 s on 40,000 nested `{a: `. The budgets hold while the document is
+//! typed; when typing fails, the whole document goes through them once more, untyped, so that a breach or a
+//! syntax error further on is reported rather than the first mismatch that hid it. A type error names its
+//! field's path (`cpu.physical_cores`, through serde_path_to_error) as serde_yaml_ng's did.
 //!
 //! The options make saphyr read the project's documents as serde_yaml_ng (YAML 1.2 core schema) did:
 //! `strict_booleans` (only `true`/`false`, not `yes`/`on`), leading-zero and underscored numbers
@@ -66,21 +66,27 @@ fn options() -> serde_saphyr::Options {
 /// column where the parser gives them; nesting past [`MAX_DEPTH`] reads "line N: nested deeper than 64
 /// levels".
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    // First the whole document through the budgets, building nothing: typing stops at the first mismatch
-    // (`cpu: [[[…` is "expected a mapping" at `[`), and a document too deep or too big is refused as that.
-    serde_saphyr::from_str_with_options::<IgnoredAny>(text, options())
-        .map_err(|e| too_deep(&e).unwrap_or_else(|| e.to_string()))?;
     let mut path = None;
-    serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
+    let typed = serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
         serde_path_to_error::deserialize(de).map_err(|e| {
             path = Some(e.path().to_string());
             e.into_inner()
         })
-    })
-    .map_err(|e| match (too_deep(&e), path) {
-        (Some(m), _) => m,
-        (None, Some(p)) if p != "." => format!("{p}: {e}"),
-        (None, _) => e.to_string(),
+    });
+    typed.map_err(|e| {
+        if let Some(m) = too_deep(&e) {
+            return m;
+        }
+        // Typing stops at the first mismatch (`cpu: [[[…` is "expected a mapping" at `[`), which would hide a
+        // document too deep, too big or malformed further on: the whole document goes through the budgets,
+        // building nothing, and its defect is the one reported. Only a failed parse pays this second pass.
+        if let Err(whole) = serde_saphyr::from_str_with_options::<IgnoredAny>(text, options()) {
+            return too_deep(&whole).unwrap_or_else(|| whole.to_string());
+        }
+        match path {
+            Some(p) if p != "." => format!("{p}: {e}"),
+            _ => e.to_string(),
+        }
     })
 }
 

@@ -128,7 +128,7 @@ pub fn drivable_gpus(fleet: &crate::fleet::Fleet) -> (Vec<&FleetGpu>, Vec<String
         );
     for (ordinal, name) in sycl {
         warnings.push(format!(
-        "gpu {ordinal} ({name}): not used: llama.cpp reaches Intel GPUs through its SYCL or Vulkan backends, whose memory this planner does not model"
+            "gpu {ordinal} ({name}): not used: llama.cpp reaches Intel GPUs through its SYCL or Vulkan backends, whose memory this planner does not model"
         ));
     }
     let drivable: Vec<&FleetGpu> = fleet
@@ -138,8 +138,8 @@ pub fn drivable_gpus(fleet: &crate::fleet::Fleet) -> (Vec<&FleetGpu>, Vec<String
         .collect();
     for g in drivable.iter().filter(|g| g.id.kind == DeviceKind::Rocm) {
         warnings.push(format!(
-        "gpu {} ({}): planned for llama.cpp's HIP (ROCm) backend, whose buffers are allocated as CUDA's are; modelled from the CUDA path, not measured on ROCm",
-        g.id.ordinal, g.name
+            "gpu {} ({}): planned for llama.cpp's HIP (ROCm) backend, whose buffers are allocated as CUDA's are; modelled from the CUDA path, not measured on ROCm",
+            g.id.ordinal, g.name
         ));
     }
     // One GPU backend per llama-server process: plan the backend with the most free memory, list the others.
@@ -156,15 +156,15 @@ pub fn drivable_gpus(fleet: &crate::fleet::Fleet) -> (Vec<&FleetGpu>, Vec<String
     let gpus: Vec<&FleetGpu> = drivable
         .into_iter()
         .filter(|g| {
-        let keep = Some(g.id.kind) == chosen;
-        if !keep {
-            warnings.push(format!(
-            "{}: not used: one llama-server process drives one GPU backend, and {:?} GPUs hold more free memory",
-            g.id,
-            chosen.unwrap_or(DeviceKind::Cuda)
-            ));
-        }
-        keep
+            let keep = Some(g.id.kind) == chosen;
+            if !keep {
+                warnings.push(format!(
+                    "{}: not used: one llama-server process drives one GPU backend, and {:?} GPUs hold more free memory",
+                    g.id,
+                    chosen.unwrap_or(DeviceKind::Cuda)
+                ));
+            }
+            keep
         })
         .collect();
     (gpus, warnings)
