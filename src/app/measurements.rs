@@ -16,22 +16,97 @@ pub struct Imported {
     pub rows: Vec<i64>,
     /// Results not recorded, and why.
     pub skipped: Vec<String>,
+    /// Runs already in the store that this file's runs are (imported before): nothing was recorded for them.
+    pub already_imported: Vec<i64>,
+}
+
+/// The identity of a llama-bench import: its result rows, every field in a fixed order, so the same file (or
+/// the same results in another of llama-bench's formats) is recorded once. The rows carry llama-bench's test
+/// time, so two real runs never share it.
+fn llama_bench_key(rows: &[crate::calibrate::llama_bench::BenchRow]) -> String {
+    let canonical: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!([
+                r.build_commit,
+                r.model_filename,
+                r.backends,
+                r.gpu_info,
+                r.n_threads,
+                r.n_batch,
+                r.n_ubatch,
+                r.type_k,
+                r.n_gpu_layers,
+                r.flash_attn,
+                r.n_prompt,
+                r.n_gen,
+                r.n_depth,
+                r.avg_ts,
+                r.stddev_ts,
+                r.test_time,
+            ])
+        })
+        .collect();
+    crate::store::import_key(
+        "llama-bench",
+        serde_json::Value::Array(canonical).to_string().as_bytes(),
+    )
+}
+
+/// Writes one imported run whole (or finds it imported before), in one transaction of the store.
+fn import_one(
+    sources: &Sources,
+    file: &Path,
+    run: crate::store::ImportRun,
+    skipped: Vec<String>,
+) -> Result<Imported, Failure> {
+    use crate::store::ImportOutcome;
+    let store = sources.store()?;
+    let outcome = store
+        .import_runs(std::slice::from_ref(&run))
+        .map_err(store_failure)?;
+    let mut done = Imported {
+        file: file.display().to_string(),
+        runs: Vec::new(),
+        rows: Vec::new(),
+        skipped,
+        already_imported: Vec::new(),
+    };
+    for o in outcome {
+        match o {
+            ImportOutcome::Written { run, rows } => {
+                done.runs.push(run.0);
+                done.rows = rows;
+            }
+            ImportOutcome::Already(run) => done.already_imported.push(run.0),
+        }
+    }
+    Ok(done)
 }
 
 /// `measurements import FILE`: another store's export (merged, idempotently), or a `llama-bench` output (JSON,
 /// JSON lines, CSV or SQL) recorded as one complete run
 /// against this machine's devices (probe or `--inventory`) and the model each row names (or `model`, when the
-/// file was moved). The run is written incomplete first and finished last, so an interrupted import leaves
-/// nothing a plan uses.
+/// file was moved). The run is written whole, complete, in one transaction, so an interrupted import leaves
+/// nothing; its identity (the rows, or a load log's bytes, or an export's runs) makes a second import of the same
+/// results, even one running at the same moment, record nothing and name the run already there
+/// (`already_imported`).
 pub fn import_measurements(
     sources: &Sources,
     file: &Path,
     model: Option<&Path>,
 ) -> Result<Imported, Failure> {
     let text = read_input(file, MAX_IMPORT_BYTES, "measurements file")?;
-    // `measurements export` lines carry a metric; llama-bench's results an avg_ts.
+    // `measurements export` lines carry a metric; llama-bench's results an avg_ts. The first line is probed
+    // for the key without building it as a value (a one-line 64 MiB JSON array peaked at 881 MB as one).
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        metric: Option<serde::de::IgnoredAny>,
+    }
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    if serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v.get("metric").is_some()) {
+    if first.trim_start().starts_with('{')
+        && serde_json::from_str::<Probe>(first).is_ok_and(|p| p.metric.is_some())
+    {
         return import_export(sources, file, &text);
     }
     if crate::calibrate::load_log::looks_like(&text) {
@@ -74,36 +149,28 @@ pub fn import_measurements(
             Err(why) => skipped.push(format!("result {}: {why}", i + 1)),
         }
     }
-    let store = sources.store()?;
     let first = &rows[0];
-    let run = store
-        .begin_run(&crate::store::NewRun {
-            tool: "llama-bench import".into(),
-            runtime: crate::profile::RuntimeId::LlamaCpp,
-            runtime_version: Some(first.build_commit.clone()).filter(|c| !c.is_empty()),
-            started_at: first.test_time.clone(),
-            settings: serde_json::json!({ "file": file.display().to_string() }).to_string(),
-            host: host_identity(&inv),
-        })
-        .map_err(store_failure)?;
-    let ids = measurements
-        .iter()
-        .map(|m| store.record(run, m))
-        .collect::<Result<Vec<i64>, _>>()
-        .map_err(store_failure)?;
     let finished = rows
         .iter()
         .map(|r| r.test_time.as_str())
         .max()
         .unwrap_or_default()
         .to_string();
-    store.finish_run(run, &finished).map_err(store_failure)?;
-    Ok(Imported {
-        file: file.display().to_string(),
-        runs: vec![run.0],
-        rows: ids,
-        skipped,
-    })
+    let run = crate::store::ImportRun {
+        key: llama_bench_key(&rows),
+        same_as_recorded: false,
+        run: crate::store::NewRun {
+            tool: "llama-bench import".into(),
+            runtime: crate::profile::RuntimeId::LlamaCpp,
+            runtime_version: Some(first.build_commit.clone()).filter(|c| !c.is_empty()),
+            started_at: first.test_time.clone(),
+            settings: serde_json::json!({ "file": file.display().to_string() }).to_string(),
+            host: host_identity(&inv),
+        },
+        finished_at: finished,
+        measurements,
+    };
+    import_one(sources, file, run, skipped)
 }
 
 /// A llama.cpp load log (`crate::calibrate::load_log`): one `peak_memory_bytes` row per device the log
@@ -295,30 +362,23 @@ fn import_load_log(
             skipped.join("; ")
         )));
     }
-    let store = sources.store()?;
     let now = now_rfc3339();
-    let run = store
-        .begin_run(&NewRun {
+    let run = crate::store::ImportRun {
+        // The log's bytes: the same log imported again is the same load.
+        key: crate::store::import_key("llama.cpp load log", text.as_bytes()),
+        same_as_recorded: false,
+        run: NewRun {
             tool: "llama.cpp load log".into(),
             runtime: crate::profile::RuntimeId::LlamaCpp,
             runtime_version: log.build.clone(),
             started_at: now.clone(),
             settings: serde_json::json!({ "file": file.display().to_string() }).to_string(),
             host: host_identity(&inv),
-        })
-        .map_err(store_failure)?;
-    let ids = measurements
-        .iter()
-        .map(|m| store.record(run, m))
-        .collect::<Result<Vec<i64>, _>>()
-        .map_err(store_failure)?;
-    store.finish_run(run, &now).map_err(store_failure)?;
-    Ok(Imported {
-        file: file.display().to_string(),
-        runs: vec![run.0],
-        rows: ids,
-        skipped,
-    })
+        },
+        finished_at: now,
+        measurements,
+    };
+    import_one(sources, file, run, skipped)
 }
 
 /// Lines of `measurements export`, merged into this store (idempotent: runs already here are skipped).
@@ -364,14 +424,12 @@ fn import_export(sources: &Sources, file: &Path, text: &str) -> Result<Imported,
         ));
     }
     let store = sources.store()?;
-    let (runs, rows, skipped) = store.import(&lines).map_err(store_failure)?;
+    let done = store.import(&lines).map_err(store_failure)?;
     Ok(Imported {
         file: file.display().to_string(),
-        rows,
-        skipped: (skipped > 0)
-            .then(|| format!("{skipped} run(s) already in the store"))
-            .into_iter()
-            .collect(),
-        runs: runs.into_iter().map(|r| r.0).collect(),
+        rows: done.rows,
+        skipped: Vec::new(),
+        runs: done.written.into_iter().map(|r| r.0).collect(),
+        already_imported: done.already.into_iter().map(|r| r.0).collect(),
     })
 }

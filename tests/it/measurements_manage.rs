@@ -9,7 +9,7 @@ use common::{assert_exit, bin, fixture};
 use std::path::Path;
 
 use optimizer::store::{
-    DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, Shape, Store,
+    DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, RunOwner, Shape, Store,
 };
 use rusqlite::Connection;
 
@@ -80,10 +80,16 @@ fn assert_consistent(db: &Path) {
     }
 }
 
-/// An interrupted run on another device (a GPU profile) with one row, and one killed before its first row;
-/// returns their ids.
+/// An interrupted run on another device (a GPU profile) with one row, and one killed before its first row, both
+/// recorded by a process that has exited (a prune keeps a run whose recorder runs); returns their ids.
 fn interrupted_runs(db: &Path, started_at: &str) -> (i64, i64) {
     let s = Store::open(db).unwrap();
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    exited.wait().unwrap();
+    let recorder = RunOwner {
+        pid: exited.id(),
+        ..RunOwner::current()
+    };
     let run = NewRun {
         tool: "test".into(),
         runtime: optimizer::profile::RuntimeId::LlamaCpp,
@@ -97,7 +103,7 @@ fn interrupted_runs(db: &Path, started_at: &str) -> (i64, i64) {
             hostname: "b".into(),
         },
     };
-    let a = s.begin_run(&run).unwrap();
+    let a = s.begin_run_as(&run, &recorder).unwrap();
     s.record(
         a,
         &NewMeasurement {
@@ -119,7 +125,7 @@ fn interrupted_runs(db: &Path, started_at: &str) -> (i64, i64) {
         },
     )
     .unwrap();
-    let b = s.begin_run(&run).unwrap();
+    let b = s.begin_run_as(&run, &recorder).unwrap();
     (a.0, b.0)
 }
 

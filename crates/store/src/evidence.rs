@@ -277,9 +277,14 @@ impl Row {
             && !self.any_model
             && self.value < 2f64.powi(63)
         {
-            let estimated_bytes = serde_json::from_str::<serde_json::Value>(&self.context)
-                .ok()
+            let context = serde_json::from_str::<serde_json::Value>(&self.context).ok();
+            let estimated_bytes = context
+                .as_ref()
                 .and_then(|v| v.get("estimated_bytes").and_then(serde_json::Value::as_u64));
+            let oom = context
+                .as_ref()
+                .and_then(|v| v.get("oom").and_then(serde_json::Value::as_bool))
+                .unwrap_or(false);
             ev.peak_memory.push(PeakMemory {
                 row: self.id,
                 device_profile: self.profile,
@@ -287,6 +292,7 @@ impl Row {
                 bytes: self.value as u64,
                 estimated_bytes,
                 context: self.context,
+                oom,
             });
         }
     }

@@ -1,11 +1,12 @@
 //! `measurements export` and `measurements import`: every measurement of the complete runs as self-describing
-//! lines ([`Exported`]), and those lines written back as complete runs, skipping runs already present.
+//! lines ([`Exported`]), and those lines written back as complete runs in one transaction, skipping runs already
+//! present (see `runs.rs` for why that holds under concurrent imports).
 
 use optimizer_core::profile::RuntimeId;
 
 use crate::{
-    DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, RunId, Shape, Store,
-    StoreError, classify,
+    DeviceIdentity, HostIdentity, ImportOutcome, ImportRun, ModelIdentity, NewMeasurement, NewRun,
+    RunId, Shape, Store, StoreError, classify, import_key,
 };
 
 /// One measurement as `measurements export` writes it (one JSON object per line) and `measurements import`
@@ -160,11 +161,12 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(&e)
     }
 
-    /// Imports exported lines: one run per distinct (host, run) they name, written complete. A run already here
-    /// (same host, tool, runtime, start and settings, complete) is skipped whole, so importing the same file twice
-    /// adds nothing. Returns the runs written, the measurement rows written and how many runs were skipped.
-    pub fn import(&self, lines: &[Exported]) -> Result<(Vec<RunId>, Vec<i64>, usize), StoreError> {
-        let e = classify(&self.path);
+    /// Imports exported lines: one run per distinct (host, run) they name, written complete, all in one write
+    /// transaction ([`Store::import_runs`]). A run already here is skipped whole: one imported before (its key is a
+    /// digest of the host and run fields the lines carry), or one recorded here and exported (same host, tool,
+    /// runtime, start and settings, complete); so importing the same file twice, or ten times at once, adds it
+    /// once.
+    pub fn import(&self, lines: &[Exported]) -> Result<ImportedRuns, StoreError> {
         let mut groups: Vec<(&ExportedHost, &ExportedRun, Vec<&Exported>)> = Vec::new();
         for l in lines {
             match groups
@@ -175,9 +177,7 @@ impl Store {
                 None => groups.push((&l.host, &l.run, vec![l])),
             }
         }
-        let mut written = Vec::new();
-        let mut ids = Vec::new();
-        let mut skipped = 0;
+        let mut runs = Vec::with_capacity(groups.len());
         for (host, run, rows) in groups {
             let runtime: RuntimeId = serde_json::from_value(serde_json::Value::String(
                 run.runtime.clone(),
@@ -186,82 +186,85 @@ impl Store {
                 path: self.path.clone(),
                 what: format!("runtime {:?}: not a runtime this build knows", run.runtime),
             })?;
-            let exists: bool = self
-                .conn
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM run r JOIN host h ON h.id = r.host_id WHERE r.status = 'complete' \
-                     AND r.tool = ?1 AND r.runtime = ?2 AND r.started_at = ?3 AND r.settings = ?4 \
-                     AND h.cpu_model = ?5 AND h.physical_cores = ?6 AND h.memory_total_bytes = ?7 AND h.hostname = ?8)",
-                    rusqlite::params![
-                        &run.tool,
-                        &run.runtime,
-                        &run.started_at,
-                        &run.settings,
-                        &host.cpu_model,
-                        host.physical_cores,
-                        i64::try_from(host.memory_total_bytes).unwrap_or(i64::MAX),
-                        &host.hostname
-                    ],
-                    |r| r.get(0),
-                )
-                .map_err(&e)?;
-            if exists {
-                skipped += 1;
-                continue;
-            }
-            let id = self.begin_run(&NewRun {
-                tool: run.tool.clone(),
-                runtime,
-                runtime_version: run.runtime_version.clone(),
-                started_at: run.started_at.clone(),
-                settings: run.settings.clone(),
-                host: HostIdentity {
-                    cpu_model: host.cpu_model.clone(),
-                    physical_cores: host.physical_cores,
-                    memory_total_bytes: host.memory_total_bytes,
-                    hostname: host.hostname.clone(),
-                },
+            // The identity of an exported run: the fields that name it, as JSON (fixed field order).
+            let identity = serde_json::to_vec(&(host, run)).map_err(|err| StoreError::Value {
+                path: self.path.clone(),
+                what: format!("a run that does not serialize: {err}"),
             })?;
-            for l in rows {
-                ids.push(self.record(
-                    id,
-                    &NewMeasurement {
-                        device: DeviceIdentity {
-                            profile: l.device.profile.clone(),
-                            name: l.device.name.clone(),
-                            uuid: l.device.uuid.clone(),
-                        },
-                        model: l.model.as_ref().map(|m| ModelIdentity {
-                            fingerprint: m.fingerprint.clone(),
-                            architecture: m.architecture.clone(),
-                            tensor_bytes: m.tensor_bytes,
-                        }),
-                        metric: l.metric.clone(),
-                        value: l.value,
-                        unit: l.unit.clone(),
-                        shape: Shape {
-                            context_tokens: l.shape.context_tokens,
-                            batch: l.shape.batch,
-                            ubatch: l.shape.ubatch,
-                            sequences: l.shape.sequences,
-                            threads: l.shape.threads,
-                            gpu_layers: l.shape.gpu_layers,
-                            kv_type: l.shape.kv_type.clone(),
-                            tensor_parallel: l.shape.tensor_parallel,
-                            pipeline_parallel: l.shape.pipeline_parallel,
-                        },
-                        context: l.context.clone(),
+            runs.push(ImportRun {
+                key: import_key("export", &identity),
+                same_as_recorded: true,
+                run: NewRun {
+                    tool: run.tool.clone(),
+                    runtime,
+                    runtime_version: run.runtime_version.clone(),
+                    started_at: run.started_at.clone(),
+                    settings: run.settings.clone(),
+                    host: HostIdentity {
+                        cpu_model: host.cpu_model.clone(),
+                        physical_cores: host.physical_cores,
+                        memory_total_bytes: host.memory_total_bytes,
+                        hostname: host.hostname.clone(),
                     },
-                )?);
-            }
-            self.finish_run(
-                id,
-                run.finished_at
-                    .as_deref()
-                    .unwrap_or(run.started_at.as_str()),
-            )?;
-            written.push(id);
+                },
+                finished_at: run
+                    .finished_at
+                    .clone()
+                    .unwrap_or_else(|| run.started_at.clone()),
+                measurements: rows.into_iter().map(measurement_of).collect(),
+            });
         }
-        Ok((written, ids, skipped))
+        let mut done = ImportedRuns::default();
+        for outcome in self.import_runs(&runs)? {
+            match outcome {
+                ImportOutcome::Written { run, rows } => {
+                    done.written.push(run);
+                    done.rows.extend(rows);
+                }
+                ImportOutcome::Already(run) => done.already.push(run),
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// What [`Store::import`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportedRuns {
+    /// Runs written.
+    pub written: Vec<RunId>,
+    /// Their measurement row ids.
+    pub rows: Vec<i64>,
+    /// Runs of the file already here (nothing written for them).
+    pub already: Vec<RunId>,
+}
+
+fn measurement_of(l: &Exported) -> NewMeasurement {
+    NewMeasurement {
+        device: DeviceIdentity {
+            profile: l.device.profile.clone(),
+            name: l.device.name.clone(),
+            uuid: l.device.uuid.clone(),
+        },
+        model: l.model.as_ref().map(|m| ModelIdentity {
+            fingerprint: m.fingerprint.clone(),
+            architecture: m.architecture.clone(),
+            tensor_bytes: m.tensor_bytes,
+        }),
+        metric: l.metric.clone(),
+        value: l.value,
+        unit: l.unit.clone(),
+        shape: Shape {
+            context_tokens: l.shape.context_tokens,
+            batch: l.shape.batch,
+            ubatch: l.shape.ubatch,
+            sequences: l.shape.sequences,
+            threads: l.shape.threads,
+            gpu_layers: l.shape.gpu_layers,
+            kv_type: l.shape.kv_type.clone(),
+            tensor_parallel: l.shape.tensor_parallel,
+            pipeline_parallel: l.shape.pipeline_parallel,
+        },
+        context: l.context.clone(),
     }
 }

@@ -11,9 +11,12 @@
 //! application id, a negative or newer `user_version`, tables or indexes that are not ours, a file that is not a
 //! database, and page corruption (found by `PRAGMA quick_check`).
 //!
-//! **Nothing is written before every check passes.** [`Store::open`] inspects an existing file through a
-//! connection opened `SQLITE_OPEN_READ_ONLY` (application id, version, schema, `quick_check`), so a refused file
-//! keeps every byte. Only then a read-write connection takes the write lock (`BEGIN IMMEDIATE`), inspects again
+//! **Nothing is written before every check passes.** [`Store::open`] first reads the file's 100-byte header itself
+//! (application id, version, WAL mode), because even a read-only SQLite connection creates `-wal`/`-shm` files
+//! beside a WAL-mode database; an unstamped WAL-mode file is inspected through an `immutable` connection, which
+//! creates none. It then inspects an existing file through a connection opened `SQLITE_OPEN_READ_ONLY`
+//! (application id, version, schema, `quick_check`), so a refused file keeps every byte and its directory every
+//! entry. A name SQLite reads as no file at all (`:memory:`, an empty name, a `file:` URI) is refused first. Only then a read-write connection takes the write lock (`BEGIN IMMEDIATE`), inspects again
 //! inside it (another process may have created or migrated the database meanwhile), migrates and stamps, commits,
 //! and switches to WAL. Concurrent first runs are safe: the write lock serialises creation, the re-check makes
 //! every later one a no-op, each connection waits [`BUSY_TIMEOUT_MS`] for the lock, and an open that still meets
@@ -44,13 +47,18 @@ mod evidence;
 mod exchange;
 mod manage;
 mod open;
+mod owner;
 mod runs;
 pub use evidence::Listed;
 pub use exchange::{
-    Exported, ExportedDevice, ExportedHost, ExportedModel, ExportedRun, ExportedShape,
+    Exported, ExportedDevice, ExportedHost, ExportedModel, ExportedRun, ExportedShape, ImportedRuns,
 };
-pub use manage::{Prune, Pruned, Shown, ShownMeasurement, ShownRun, ShownRunWithRows};
-pub use runs::{DeviceIdentity, HostIdentity, ModelIdentity, NewMeasurement, NewRun, RunId, Shape};
+pub use manage::{KeptRun, Prune, Pruned, Shown, ShownMeasurement, ShownRun, ShownRunWithRows};
+pub use owner::{RunOwner, UNCHECKABLE_RUN_MAX_AGE_DAYS};
+pub use runs::{
+    DeviceIdentity, HostIdentity, ImportOutcome, ImportRun, ModelIdentity, NewMeasurement, NewRun,
+    RunId, Shape, import_key,
+};
 
 /// The migrations, in order; the schema version after applying the first `n` is `n`.
 pub const MIGRATIONS: &[(&str, &str)] = &[
@@ -61,6 +69,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0002_runs_and_shapes.sql",
         include_str!("../migrations/0002_runs_and_shapes.sql"),
+    ),
+    (
+        "0003_run_owner_and_import_key.sql",
+        include_str!("../migrations/0003_run_owner_and_import_key.sql"),
     ),
 ];
 
@@ -132,6 +144,30 @@ pub enum StoreError {
     /// A value the caller asked to record that no lookup could use (NaN, infinite).
     #[error("{path}: refusing to record {what}", path = path.display())]
     Value { path: PathBuf, what: String },
+    /// A name SQLite reads as something other than a file (see [`not_a_file_name`]).
+    #[error("{path:?}: not a database file name: {why}")]
+    NotAFileName { path: PathBuf, why: &'static str },
+    /// The run being recorded is no longer in the store: `measurements prune` removed it, as it does with an
+    /// incomplete run whose recorder it cannot check once the run is [`UNCHECKABLE_RUN_MAX_AGE_DAYS`] old.
+    #[error("{path}: run {run} is no longer in the store; its measurements cannot be recorded", path = path.display())]
+    RunGone { path: PathBuf, run: i64 },
+}
+
+/// Why SQLite would not treat `path` as a file name, or `None` when it would: `:memory:` is an in-memory database
+/// (lost at exit), an empty name a temporary one (deleted at close), and a name starting with `file:` a URI whose
+/// query can say `mode=memory` or `vfs=...` (this build enables URI names, `SQLITE_USE_URI`). The check is on the
+/// name as given: `./:memory:` is a file.
+pub fn not_a_file_name(path: &Path) -> Option<&'static str> {
+    let raw = path.as_os_str().as_encoded_bytes();
+    if raw.is_empty() {
+        Some("an empty name is a temporary database that SQLite deletes when it closes")
+    } else if raw == b":memory:" {
+        Some("\":memory:\" is an in-memory database, lost when the command exits")
+    } else if raw.len() >= 5 && raw[..5].eq_ignore_ascii_case(b"file:") {
+        Some("a name starting with \"file:\" is an SQLite URI, not a file name")
+    } else {
+        None
+    }
 }
 
 impl StoreError {
@@ -147,7 +183,9 @@ impl StoreError {
             | StoreError::Unavailable { path, .. }
             | StoreError::Invalid { path, .. }
             | StoreError::Newer { path, .. }
-            | StoreError::Value { path, .. } => path,
+            | StoreError::Value { path, .. }
+            | StoreError::NotAFileName { path, .. }
+            | StoreError::RunGone { path, .. } => path,
         }
     }
 
@@ -236,5 +274,21 @@ mod tests {
         );
         assert_eq!(default_path(Some(""), None), None);
         assert_eq!(default_path(None, Some("")), None);
+    }
+
+    #[test]
+    fn names_sqlite_reads_specially_are_not_file_names() {
+        for name in [":memory:", "", "file:x.db", "FILE:x.db?mode=memory"] {
+            assert!(not_a_file_name(Path::new(name)).is_some(), "{name:?}");
+        }
+        for name in [
+            "./:memory:",
+            "m.db",
+            ":memory:.db",
+            "/tmp/file:x.db",
+            "files.db",
+        ] {
+            assert_eq!(not_a_file_name(Path::new(name)), None, "{name:?}");
+        }
     }
 }

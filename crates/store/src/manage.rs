@@ -9,8 +9,18 @@
 //! connection) always hold. Trade-off: selectors combine with AND, not OR, so adding a selector can only narrow
 //! what goes; deleting more than meant is the failure a user cannot undo.
 //!
-//! A dry run takes the same path in the same kind of transaction and rolls it back, so what it reports is
-//! exactly what the real prune would remove at that moment.
+//! **A run still being recorded is never removed.** Whatever the selectors, an incomplete run goes only when its
+//! recorder is provably gone (the `owner` module: this host under another boot, or a pid that no longer exists or
+//! now belongs to a later process); one whose recorder is running is kept, and one whose recorder cannot be checked
+//! (another host, another pid namespace, a run from before schema version 3) is kept until it is
+//! [`UNCHECKABLE_RUN_MAX_AGE_DAYS`] old. Kept runs keep every row and are reported ([`Pruned::kept_running`]).
+//! Removing a run its recorder is still writing made the recorder fail on the foreign key at its next row and keep
+//! nothing (issue 24).
+//!
+//! A prune is one write transaction: rows before the runs they belong to, runs before the hosts they name, so no
+//! statement meets a foreign key; any error rolls the whole of it back (the transaction is dropped unfinished)
+//! and the store keeps everything. A dry run takes the same path in the same kind of transaction and rolls it
+//! back, so what it reports is exactly what the real prune would remove at that moment.
 
 use rusqlite::OptionalExtension;
 
@@ -18,6 +28,7 @@ use super::{
     ExportedDevice, ExportedHost, ExportedModel, ExportedShape, Store, StoreError, classify,
     retrying, write_transaction,
 };
+use crate::owner::{Liveness, RecordedOwner, RunOwner, UNCHECKABLE_RUN_MAX_AGE_DAYS, liveness};
 
 /// A run as `measurements show` prints it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -103,6 +114,16 @@ pub struct Pruned {
     pub devices: u64,
     pub models: u64,
     pub hosts: u64,
+    /// Incomplete runs the selectors picked but kept, with every row, because their recorder may still be
+    /// writing them (see the module doc).
+    pub kept_running: Vec<KeptRun>,
+}
+
+/// An incomplete run a prune kept, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeptRun {
+    pub run: i64,
+    pub why: String,
 }
 
 fn parsed(json: String) -> serde_json::Value {
@@ -255,7 +276,7 @@ impl Store {
             return Ok(out);
         }
         let tx = write_transaction(&self.conn).map_err(&e)?;
-        // The run selectors, as a condition on `r`: ?1 started before, ?2 run id (?3: the device profile).
+        // The run selectors, as a condition on `r`: ?1 started before, ?2 run id.
         let run_filter = "(?1 IS NULL OR r.started_at < ?1) AND (?2 IS NULL OR r.id = ?2)"
             .to_string()
             + if sel.incomplete {
@@ -263,13 +284,19 @@ impl Store {
             } else {
                 ""
             };
-        let params = rusqlite::params![&sel.started_before, sel.run, &sel.device_profile];
+        out.kept_running = kept_running(&tx, &run_filter, sel).map_err(&e)?;
+        let kept =
+            serde_json::to_string(&out.kept_running.iter().map(|k| k.run).collect::<Vec<_>>())
+                .unwrap_or_else(|_| "[]".into());
+        // ?3: the device profile, ?4: the kept runs (a JSON array).
+        let not_kept = "r.id NOT IN (SELECT value FROM json_each(?4))";
+        let params = rusqlite::params![&sel.started_before, sel.run, &sel.device_profile, &kept];
         let selected: Vec<(i64, i64)> = {
             let mut stmt = tx
                 .prepare(&format!(
                     "SELECT m.id, m.run_id FROM measurement m JOIN run r ON r.id = m.run_id \
                      JOIN device d ON d.id = m.device_id WHERE {run_filter} AND (?3 IS NULL OR d.profile = ?3) \
-                     ORDER BY m.id"
+                     AND {not_kept} ORDER BY m.id"
                 ))
                 .map_err(&e)?;
             stmt.query_map(params, |r| Ok((r.get(0)?, r.get(1)?)))
@@ -286,16 +313,15 @@ impl Store {
         let empty_runs: Vec<i64> = {
             let mut stmt = tx
                 .prepare(&format!(
-                    "SELECT r.id FROM run r WHERE {run_filter} \
+                    "SELECT r.id FROM run r WHERE {run_filter} AND {not_kept} \
                      AND NOT EXISTS (SELECT 1 FROM measurement m WHERE m.run_id = r.id) ORDER BY r.id"
                 ))
                 .map_err(&e)?;
-            stmt.query_map(rusqlite::params![&sel.started_before, sel.run], |r| {
-                r.get(0)
-            })
-            .map_err(&e)?
-            .collect::<Result<_, _>>()
-            .map_err(&e)?
+            // ?3, the device, is bound but not used: it picks rows, not runs.
+            stmt.query_map(params, |r| r.get(0))
+                .map_err(&e)?
+                .collect::<Result<_, _>>()
+                .map_err(&e)?
         };
         for id in empty_runs {
             // With a device selector, a run goes only when this prune emptied it.
@@ -335,4 +361,52 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The incomplete runs the selectors pick (`run_filter` on `r`, and with a device selector only runs with a row
+/// on that device) whose recorder may still be writing them: running, or not checkable and younger than
+/// [`UNCHECKABLE_RUN_MAX_AGE_DAYS`] (by its recorded start; one whose start does not read as a time is kept).
+fn kept_running(
+    tx: &rusqlite::Connection,
+    run_filter: &str,
+    sel: &Prune,
+) -> rusqlite::Result<Vec<KeptRun>> {
+    let mut stmt = tx.prepare(&format!(
+        "SELECT r.id, r.owner_host, r.owner_boot_id, r.owner_pid_namespace, r.owner_pid, r.owner_started_ticks, \
+         ifnull(julianday(r.started_at) < julianday('now', ?4), 0) FROM run r \
+         WHERE r.status = 'incomplete' AND {run_filter} AND (?3 IS NULL OR EXISTS (SELECT 1 FROM measurement m \
+         JOIN device d ON d.id = m.device_id WHERE m.run_id = r.id AND d.profile = ?3)) ORDER BY r.id"
+    ))?;
+    let max_age = format!("-{UNCHECKABLE_RUN_MAX_AGE_DAYS} days");
+    let here = RunOwner::current();
+    let rows = stmt.query_map(
+        rusqlite::params![&sel.started_before, sel.run, &sel.device_profile, &max_age],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                RecordedOwner {
+                    host: r.get(1)?,
+                    boot_id: r.get(2)?,
+                    pid_namespace: r.get(3)?,
+                    pid: r.get(4)?,
+                    started_ticks: r.get(5)?,
+                },
+                r.get::<_, bool>(6)?,
+            ))
+        },
+    )?;
+    let mut kept = Vec::new();
+    for row in rows {
+        let (run, owner, old) = row?;
+        let why = match liveness(&owner, &here) {
+            Liveness::Gone => continue,
+            Liveness::Running(why) => why,
+            Liveness::Unknown(_) if old => continue,
+            Liveness::Unknown(why) => {
+                format!("{why}; kept until it is {UNCHECKABLE_RUN_MAX_AGE_DAYS} days old")
+            }
+        };
+        kept.push(KeptRun { run, why });
+    }
+    Ok(kept)
 }

@@ -97,20 +97,13 @@ fn known_version() -> i64 {
     MIGRATIONS.len() as i64
 }
 
-/// Checks that the database on `conn` is ours (see the module doc); reads only. `quick_check` also reads every
-/// page for corruption.
-fn inspect(conn: &Connection, path: &Path, quick_check: bool) -> Result<Found, StoreError> {
-    let e = classify(path);
+/// Checks what the application id and schema version alone say: a negative version, another application's id, a
+/// newer version, or a version no unstamped release wrote are refused.
+fn check_identity(path: &Path, application_id: i32, version: i64) -> Result<(), StoreError> {
     let invalid = |defect| StoreError::Invalid {
         path: path.to_path_buf(),
         defect,
     };
-    let application_id: i32 = conn
-        .pragma_query_value(None, "application_id", |r| r.get(0))
-        .map_err(&e)?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(&e)?;
     if version < 0 {
         return Err(invalid(Defect::NegativeVersion(version)));
     }
@@ -130,6 +123,24 @@ fn inspect(conn: &Connection, path: &Path, quick_check: bool) -> Result<Found, S
     if application_id == 0 && version > LAST_UNSTAMPED_VERSION {
         return Err(invalid(Defect::Unstamped { version }));
     }
+    Ok(())
+}
+
+/// Checks that the database on `conn` is ours (see the module doc); reads only. `quick_check` also reads every
+/// page for corruption.
+fn inspect(conn: &Connection, path: &Path, quick_check: bool) -> Result<Found, StoreError> {
+    let e = classify(path);
+    let invalid = |defect| StoreError::Invalid {
+        path: path.to_path_buf(),
+        defect,
+    };
+    let application_id: i32 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(&e)?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(&e)?;
+    check_identity(path, application_id, version)?;
     let have = schema_of(conn).map_err(&e)?;
     // `version` is within 0..=MIGRATIONS.len() here.
     let want = expected_schema(usize::try_from(version).unwrap_or(0)).map_err(&e)?;
@@ -184,7 +195,11 @@ fn migrate(conn: &mut Connection, path: &Path, quick_check: bool) -> Result<(), 
 /// version read and the schema read looked like "version 0 with foreign tables" (20 simultaneous first runs,
 /// tests/it/store.rs). `Ok(None)`: a hot journal left by a crash, which only a read-write connection may roll back
 /// (SQLite's own recovery, restoring the last committed state); the checks then run inside the write lock.
+///
+/// Before SQLite opens the file, its header is read here ([`check_header`]): even a read-only connection creates
+/// `-wal` and `-shm` files beside a WAL-mode database, so a refused foreign one would leave two new files behind.
 fn open_inspected(path: &Path) -> Result<Option<(Connection, Found)>, StoreError> {
+    check_header(path)?;
     let e = classify(path);
     let ro = Connection::open_with_flags(
         path,
@@ -209,6 +224,121 @@ fn open_inspected(path: &Path) -> Result<Option<(Connection, Found)>, StoreError
     }
 }
 
+/// The header of an SQLite database file: its first 100 bytes (SQLite file format §1.3).
+const HEADER_BYTES: usize = 100;
+
+/// The header's first 16 bytes.
+const HEADER_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// What the header says, for a file that starts with [`HEADER_MAGIC`] and holds a whole header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
+    /// The file format's write and read versions (bytes 18 and 19) say WAL (2).
+    wal: bool,
+    /// `PRAGMA user_version` (bytes 60-63, big-endian).
+    version: i64,
+    /// `PRAGMA application_id` (bytes 68-71, big-endian).
+    application_id: i32,
+}
+
+fn parse_header(bytes: &[u8]) -> Option<Header> {
+    if bytes.len() < HEADER_BYTES || !bytes.starts_with(HEADER_MAGIC) {
+        return None;
+    }
+    let be = |at: usize| -> Option<i32> {
+        Some(i32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    Some(Header {
+        wal: bytes[18] == 2 || bytes[19] == 2,
+        version: i64::from(be(60)?),
+        application_id: be(68)?,
+    })
+}
+
+/// Reads the header of `path` (a regular file: opened without blocking, in case it was swapped for a FIFO since).
+/// `None`: not a whole SQLite header (SQLite then says what it is; it writes nothing beside such a file).
+fn read_header(path: &Path) -> Result<Option<Header>, StoreError> {
+    use std::io::Read as _;
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path).map_err(io)?;
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(StoreError::Invalid {
+            path: path.to_path_buf(),
+            defect: Defect::NotRegularFile,
+        });
+    }
+    let mut bytes = Vec::with_capacity(HEADER_BYTES);
+    file.take(HEADER_BYTES as u64)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    Ok(parse_header(&bytes))
+}
+
+/// `path` with `suffix` appended to its name (`-wal`, `-shm`).
+fn beside(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    name.into()
+}
+
+/// Refuses, before SQLite opens it, a file whose header already says it is not ours (another application's id, a
+/// negative, newer or unstamped version), and inspects an unstamped WAL-mode file (another application's database
+/// may carry no id) through an `immutable` connection, which creates no `-wal`/`-shm` beside it. Immutable reads
+/// ignore a write-ahead log, so this is done only when none is beside the file (the database is then whole in the
+/// file, and no process has it open in WAL mode); with one there, SQLite uses the files that exist. Trade-off: a
+/// process that opens and checkpoints the file in the instant between the two may show the immutable read a torn
+/// page, which refuses the file (writing nothing) rather than accepting it; only unstamped files (another
+/// application's, or ours from the release before application ids, once) take this path.
+fn check_header(path: &Path) -> Result<(), StoreError> {
+    let Some(header) = read_header(path)? else {
+        return Ok(());
+    };
+    check_identity(path, header.application_id, header.version)?;
+    let logs_beside = [beside(path, "-wal"), beside(path, "-shm")]
+        .iter()
+        .any(|p| std::fs::symlink_metadata(p).is_ok());
+    if header.wal && header.application_id != APPLICATION_ID && !logs_beside {
+        let e = classify(path);
+        let conn = Connection::open_with_flags(
+            immutable_uri(path),
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(&e)?;
+        inspect(&conn, path, false)?;
+    }
+    Ok(())
+}
+
+/// `file:PATH?mode=ro&immutable=1`, the path percent-encoded (RFC 3986) so that `?`, `#` and `%` in it stay
+/// part of it.
+fn immutable_uri(path: &Path) -> String {
+    use std::fmt::Write as _;
+    let raw = path.as_os_str().as_encoded_bytes();
+    let mut uri = String::from(if path.is_absolute() {
+        "file://"
+    } else {
+        "file:"
+    });
+    for &b in raw {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            let _ = write!(uri, "%{b:02X}");
+        }
+    }
+    uri.push_str("?mode=ro&immutable=1");
+    uri
+}
+
 impl Store {
     /// Opens (creating it and its directory on first use) and migrates the database at `path`; see the module
     /// doc for what is checked before anything is written.
@@ -217,6 +347,12 @@ impl Store {
     }
 
     fn open_once(path: &Path) -> Result<Store, StoreError> {
+        if let Some(why) = crate::not_a_file_name(path) {
+            return Err(StoreError::NotAFileName {
+                path: path.to_path_buf(),
+                why,
+            });
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
                 path: dir.to_path_buf(),
@@ -284,6 +420,12 @@ impl Store {
     /// reads); anything else (no file yet, an older version to migrate, a hot journal to recover, a busy lock)
     /// takes [`Store::open`]'s path, which creates, migrates or waits as it always does.
     pub fn open_for_lookup(path: &Path) -> Result<Store, StoreError> {
+        if let Some(why) = crate::not_a_file_name(path) {
+            return Err(StoreError::NotAFileName {
+                path: path.to_path_buf(),
+                why,
+            });
+        }
         if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
             match open_inspected(path) {
                 Ok(Some((ro, found))) if found.is_current() => {
@@ -371,6 +513,39 @@ mod tests {
             .map(|i| object("table", &format!("t{i}"), "x"))
             .collect();
         assert!(differences(&many, &[]).unwrap().ends_with("; and 3 more"));
+    }
+
+    #[test]
+    fn the_header_says_wal_application_id_and_version_and_short_or_foreign_bytes_say_nothing() {
+        let mut h = [0u8; HEADER_BYTES];
+        h[..16].copy_from_slice(HEADER_MAGIC);
+        h[18] = 2;
+        h[19] = 2;
+        h[60..64].copy_from_slice(&(-3i32).to_be_bytes());
+        h[68..72].copy_from_slice(&APPLICATION_ID.to_be_bytes());
+        assert_eq!(
+            parse_header(&h),
+            Some(Header {
+                wal: true,
+                version: -3,
+                application_id: APPLICATION_ID
+            })
+        );
+        assert_eq!(parse_header(&h[..HEADER_BYTES - 1]), None);
+        h[0] = b's';
+        assert_eq!(parse_header(&h), None);
+    }
+
+    #[test]
+    fn the_immutable_uri_keeps_every_byte_of_the_path() {
+        assert_eq!(
+            immutable_uri(Path::new("/a b/c?d#e%f.db")),
+            "file:///a%20b/c%3Fd%23e%25f.db?mode=ro&immutable=1"
+        );
+        assert_eq!(
+            immutable_uri(Path::new("rel/x.db")),
+            "file:rel/x.db?mode=ro&immutable=1"
+        );
     }
 
     #[test]
