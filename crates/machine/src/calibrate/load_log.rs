@@ -22,6 +22,16 @@ pub const MAX_BUFFER_LINES: usize = 10_000;
 /// with more is not one load's.
 pub const MAX_BREAKDOWN_ROWS: usize = 1_000;
 
+/// Most lines that look like a buffer or breakdown line but do not read as one: a log interleaved with another
+/// thread's output garbles a few; a thousand is not one load's log.
+pub const MAX_MALFORMED_LINES: usize = 1_000;
+
+/// Most characters of a malformed line kept to show it (a line can be as long as the file).
+pub const MALFORMED_TEXT_CHARS: usize = 200;
+
+/// Most distinct `llama_context:` fields: the loader prints about 20; a log with more is not one load's.
+pub const MAX_CONTEXT_FIELDS: usize = 256;
+
 const MIB: u128 = 1 << 20;
 const GIB: u128 = 1 << 30;
 
@@ -135,7 +145,8 @@ pub struct LoadLog {
     pub breakdown: Vec<BreakdownRow>,
     /// Model loads the log holds (`loaded meta data` lines); a log of more than one is refused by the importer.
     pub loads: usize,
-    /// Lines that looked like a buffer or a breakdown row but did not read as one: (line, text).
+    /// Lines that looked like a buffer or a breakdown row but did not read as one: (line, text cut at
+    /// [`MALFORMED_TEXT_CHARS`] characters).
     pub malformed: Vec<(usize, String)>,
 }
 
@@ -278,6 +289,14 @@ fn breakdown_row(msg: &str) -> Option<BreakdownRow> {
 pub enum LoadLogError {
     #[error("more than {MAX_BUFFER_LINES} buffer lines: not one load's log")]
     TooManyBuffers,
+    /// More than [`MAX_MALFORMED_LINES`] malformed buffer or breakdown lines, the last at `line` (1-based).
+    #[error(
+        "line {line}: more than {MAX_MALFORMED_LINES} lines that look like buffer or breakdown lines but do not read as one: not one load's log"
+    )]
+    TooManyMalformed { line: usize },
+    /// More than [`MAX_CONTEXT_FIELDS`] distinct `llama_context:` fields, the last at `line` (1-based).
+    #[error("line {line}: more than {MAX_CONTEXT_FIELDS} llama_context fields: not one load's log")]
+    TooManyContextFields { line: usize },
     /// A breakdown table grew past [`MAX_BREAKDOWN_ROWS`] at `line` (1-based).
     #[error(
         "line {line}: a memory breakdown table of more than {MAX_BREAKDOWN_ROWS} rows: not one load's log"
@@ -336,7 +355,7 @@ pub fn parse(text: &str) -> Result<LoadLog, LoadLogError> {
                     }
                     log.buffers.push(b);
                 }
-                None => log.malformed.push((n, raw.to_string())),
+                None => malformed(&mut log, n, raw)?,
             }
             continue;
         }
@@ -352,7 +371,7 @@ pub fn parse(text: &str) -> Result<LoadLog, LoadLogError> {
                         }
                         t.push(row);
                     }
-                    _ => log.malformed.push((n, raw.to_string())),
+                    _ => malformed(&mut log, n, raw)?,
                 }
                 // A projection (before the context) is replaced by the next table; the last table after the
                 // context was built is the one kept.
@@ -366,6 +385,9 @@ pub fn parse(text: &str) -> Result<LoadLog, LoadLogError> {
             if let Some((k, v)) = rest.split_once('=') {
                 let k = k.trim();
                 if !k.is_empty() && !k.contains(' ') {
+                    if log.context.len() >= MAX_CONTEXT_FIELDS && !log.context.contains_key(k) {
+                        return Err(LoadLogError::TooManyContextFields { line: n });
+                    }
                     log.context.insert(k.to_string(), v.trim().to_string());
                 }
             }
@@ -433,6 +455,19 @@ pub fn parse(text: &str) -> Result<LoadLog, LoadLogError> {
     }
     keep_table(&mut log, table);
     Ok(log)
+}
+
+/// Counts a line that looked like a buffer or breakdown line but did not read as one, keeping its start.
+fn malformed(log: &mut LoadLog, line: usize, raw: &str) -> Result<(), LoadLogError> {
+    if log.malformed.len() >= MAX_MALFORMED_LINES {
+        return Err(LoadLogError::TooManyMalformed { line });
+    }
+    let end = raw
+        .char_indices()
+        .nth(MALFORMED_TEXT_CHARS)
+        .map_or(raw.len(), |(i, _)| i);
+    log.malformed.push((line, raw[..end].to_string()));
+    Ok(())
 }
 
 /// Keeps a finished breakdown table when a row of it came after the context was built (moved, not copied: a

@@ -31,6 +31,9 @@ pub const MAX_BATCH: u32 = i32::MAX as u32;
 pub const MAX_LINE_BYTES: usize = 64 << 10;
 /// Bytes of llama-bench's stderr kept to explain a failure (its last lines).
 const STDERR_TAIL_BYTES: usize = 4 << 10;
+/// How long llama-bench's stderr is read after it exited (its tail is ready at once unless a process it
+/// started still holds the pipe).
+const STDERR_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why a sweep's settings are refused before anything runs; `flag` is the command-line flag of the axis.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -256,14 +259,26 @@ pub enum RunnerError {
 /// Reads result lines from `reader` as they arrive and records each in `sink`; `progress` is called after each
 /// with the result and how many have come. Does not finish the run: that waits for the program's exit.
 pub fn record_stream(
-    reader: impl BufRead,
+    mut reader: impl BufRead,
     sink: &mut dyn Sink,
     mut progress: impl FnMut(&BenchResult, usize),
 ) -> Result<Summary, RunnerError> {
     let mut summary = Summary::default();
-    for (i, line) in reader.split(b'\n').enumerate() {
-        let line = line.map_err(RunnerError::Read)?;
-        if line.len() > MAX_LINE_BYTES {
+    let mut line = Vec::new();
+    for i in 0.. {
+        line.clear();
+        // At most MAX_LINE_BYTES and a newline are read into memory: an endless line is refused once it passes
+        // the limit, not buffered until memory runs out.
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(RunnerError::Read)?;
+        if read == 0 {
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        } else if line.len() > MAX_LINE_BYTES {
             return Err(RunnerError::LongLine { line: i + 1 });
         }
         let text = String::from_utf8_lossy(&line);
@@ -332,7 +347,8 @@ pub fn run(
         })?;
     // stderr is drained on its own thread so a chatty llama-bench cannot block on a full pipe; its tail
     // explains a failure.
-    let stderr = child.stderr.take().map(|mut e| {
+    let (tail_tx, tail_rx) = std::sync::mpsc::channel();
+    if let Some(mut e) = child.stderr.take() {
         std::thread::spawn(move || {
             let mut tail: Vec<u8> = Vec::new();
             let mut buf = [0u8; 4096];
@@ -346,19 +362,23 @@ pub fn run(
                 }
             }
             let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-            String::from_utf8_lossy(&tail[start..]).into_owned()
-        })
-    });
+            let _ = tail_tx.send(String::from_utf8_lossy(&tail[start..]).into_owned());
+        });
+    }
+    // The reader (and with it the pipe) is dropped when the stream ends, so a child still writing gets EPIPE
+    // rather than blocking on a full pipe.
     let streamed = match child.stdout.take() {
         Some(out) => record_stream(BufReader::new(out), sink, progress),
         None => Ok(Summary::default()),
     };
     if streamed.is_err() {
-        // Stop it: its results can no longer be recorded.
+        // Stop it: its results can no longer be recorded (a line past the limit, a result that does not read).
         let _ = child.kill();
     }
     let status = child.wait().map_err(RunnerError::Read)?;
-    let tail = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
+    // Its stderr ends when it exits, unless a process it started holds the pipe: then the tail is given up
+    // after a grace period rather than waited for.
+    let tail = tail_rx.recv_timeout(STDERR_GRACE).unwrap_or_default();
     let summary = streamed?;
     let expected = sweep.tests().unwrap_or(0);
     if !status.success() || summary.results.len() < expected {
