@@ -13,6 +13,14 @@
 //! directory, a full disk) are exit code 1. Trade-off: the target is checked again just before the rename,
 //! but a file swapped in between that check and the rename is replaced, not written through, so the window
 //! can only lose the swapped-in entry, never write into a device or a link's target.
+//!
+//! A regular file with more than one hard link is refused too (exit 2, naming the link count): the rename puts a
+//! new file at this name only, so the other names would silently keep the old plan. Trade-off: writing into the
+//! existing file instead would keep the links together, but a failure half-way (a full disk, a kill) would then
+//! leave a partial document under every name; refusing loses nothing, and `> FILE` in the shell writes in place
+//! for whoever wants exactly that.
+//!
+//! `resolve -o DIR/` (a bundle of files) is written by `bundle.rs`, which stages and publishes a whole directory.
 
 use std::fs::File;
 use std::io::{self, Write as _};
@@ -32,6 +40,12 @@ const MAX_TEMP_STEM_BYTES: usize = 200;
 pub enum WriteError {
     #[error("{path}: {what}; -o replaces regular files only", path = path.display())]
     NotRegular { path: PathBuf, what: &'static str },
+    #[error(
+        "{path}: has {links} hard links; -o would put a new file at this name only, and the file's other names \
+         would keep the old content",
+        path = path.display()
+    )]
+    HardLinked { path: PathBuf, links: u64 },
     #[error("{path}: not a file name", path = path.display())]
     NoFileName { path: PathBuf },
     #[error("writing {path}", path = path.display())]
@@ -43,17 +57,20 @@ pub enum WriteError {
 }
 
 /// Writes `text` to `path` atomically (see the module doc), mapping failures to exit codes: 2 when the target
-/// is not a regular file, 1 for I/O errors.
+/// is not a regular file or has other hard links, 1 for I/O errors.
 pub fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
     write_atomic(path, text.as_bytes()).map_err(|e| match e {
         WriteError::NotRegular { .. } | WriteError::NoFileName { .. } => Failure::new(exit::USAGE, e)
             .hint("give -o the path of a regular file (it is created or replaced), or omit -o to write to stdout"),
+        WriteError::HardLinked { .. } => Failure::new(exit::USAGE, e).hint(
+            "give -o a path with one link, or redirect stdout (`> FILE` writes into the file itself, links and all)",
+        ),
         WriteError::Io { .. } => Failure::new(exit::RUNTIME, e),
     })
 }
 
 /// Replaces `path` with `bytes` atomically: an exclusive temporary file in the same directory, the existing
-/// file's mode kept, `fsync`, rename. Refuses to replace anything but a regular file.
+/// file's mode kept, `fsync`, rename. Refuses to replace anything but a regular file with one link.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     let io = |source| WriteError::Io {
         path: path.to_path_buf(),
@@ -97,11 +114,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     Ok(())
 }
 
-/// The target's metadata when it is a regular file, `None` when nothing is there; anything else is refused.
-/// A symbolic link is refused rather than followed or replaced: either would surprise someone.
+/// The target's metadata when it is a regular file with one link, `None` when nothing is there; anything else is
+/// refused. A symbolic link is refused rather than followed or replaced: either would surprise someone.
 fn regular_or_absent(path: &Path) -> Result<Option<std::fs::Metadata>, WriteError> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_file() => Ok(Some(m)),
+        Ok(m) if m.file_type().is_file() => match link_count(&m) {
+            links if links > 1 => Err(WriteError::HardLinked {
+                path: path.to_path_buf(),
+                links,
+            }),
+            _ => Ok(Some(m)),
+        },
         Ok(m) => Err(WriteError::NotRegular {
             path: path.to_path_buf(),
             what: crate::input::describe_file_type(&m.file_type()),
@@ -112,6 +135,18 @@ fn regular_or_absent(path: &Path) -> Result<Option<std::fs::Metadata>, WriteErro
             source,
         }),
     }
+}
+
+/// Names the file has (hard links); 1 where the system does not count them.
+#[cfg(unix)]
+fn link_count(m: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    m.nlink()
+}
+
+#[cfg(not(unix))]
+fn link_count(_m: &std::fs::Metadata) -> u64 {
+    1
 }
 
 /// How the temporary file for a target is created: `PREFIX<random>.tmp` ([`temp_prefix`]), exclusively. A new target
@@ -136,8 +171,9 @@ fn temp_builder(prefix: &str, new_target: bool) -> tempfile::Builder<'_, 'static
     b
 }
 
-/// `.NAME.`, the temporary name's prefix, with NAME cut to [`MAX_TEMP_STEM_BYTES`].
-fn temp_prefix(name: &str) -> String {
+/// `.NAME.`, the temporary name's prefix, with NAME cut to [`MAX_TEMP_STEM_BYTES`] (also the bundle's staging
+/// directory's).
+pub(super) fn temp_prefix(name: &str) -> String {
     let mut stem = name;
     while stem.len() > MAX_TEMP_STEM_BYTES {
         let mut cut = MAX_TEMP_STEM_BYTES;
@@ -287,6 +323,24 @@ mod tests {
             destination(p("plan.txt"), Some(Table)),
             (p("plan.txt"), Table)
         );
+    }
+
+    /// Renaming over one name of a hard-linked file would split it from its other names: refused, both kept.
+    #[cfg(unix)]
+    #[test]
+    fn a_hard_linked_target_is_refused_and_left_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, q) = (dir.path().join("plan.yaml"), dir.path().join("copy.yaml"));
+        std::fs::write(&p, "old\n").unwrap();
+        std::fs::hard_link(&p, &q).unwrap();
+        let e = write_atomic(&p, b"new\n").unwrap_err();
+        assert!(matches!(e, WriteError::HardLinked { links: 2, .. }), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"old\n");
+        assert_eq!(std::fs::read(&q).unwrap(), b"old\n");
+        assert_eq!(write_file(&p, "new\n").unwrap_err().code, exit::USAGE);
+        std::fs::remove_file(&q).unwrap();
+        write_atomic(&p, b"new\n").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new\n");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `optimizer resolve`: the main job. Reads the model, the machine (probe, inventory or a profile), the profiles
 //! and the workload preset, plans, and writes the deployment document (YAML by default) to stdout or, atomically,
-//! to `-o FILE`. Exit code 3 when nothing fits; the document then explains the nearest candidate.
+//! to `-o FILE` (or a bundle, `-o DIR/`: `bundle.rs`). Exit code 3 when nothing fits; the document then explains
+//! the nearest candidate, on stdout, and no `-o` target is written.
 
 use crate::units::gib;
 use std::io::Write as _;
@@ -601,95 +602,29 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         OutputFormat::Table => table(&doc),
         f => render(&doc, f)?,
     };
-    match &s.output {
-        Some(p) if is_bundle(p) => write_bundle(p, &doc, &text, s.format)?,
-        Some(p) => super::output::write_file(p, &text)?,
-        None => write_stdout(&text)?,
-    }
     if doc.status == Status::NoFit {
-        return Err(Failure::new(
-            exit::NO_FIT,
-            anyhow::anyhow!(
+        // Exit 3 writes no `-o` target (docs/resolve.md): a file or bundle there keeps the plan that fitted, and
+        // no new one appears for an orchestrator to take for a plan. The document goes to stdout instead, so the
+        // nearest candidate and what would make it fit are not lost.
+        write_stdout(&text)?;
+        let error = match &s.output {
+            None => anyhow::anyhow!(
                 "no configuration fits; the document shows the nearest and what would make it fit"
             ),
-        ));
+            Some(p) => anyhow::anyhow!(
+                "no configuration fits, so nothing was written to {} (what was there is left as it was); the \
+                 document on stdout shows the nearest candidate and what would make it fit",
+                p.display()
+            ),
+        };
+        return Err(Failure::new(exit::NO_FIT, error));
     }
-    Ok(())
-}
-
-/// `-o DIR/` (a trailing slash) asks for a bundle instead of one file. An existing directory named without the
-/// slash is still refused as a file target (tests/it/hostile_input.rs), so a mistyped `-o` never spreads files.
-fn is_bundle(p: &std::path::Path) -> bool {
-    p.as_os_str().to_string_lossy().ends_with('/')
-}
-
-/// A launch artifact's file path inside a bundle: relative, no `..`, no root (the names come from the runtimes,
-/// which write plain file names; anything else is refused rather than written outside the directory).
-fn bundle_path(
-    dir: &std::path::Path,
-    artifact: &str,
-    rel: &str,
-) -> Result<std::path::PathBuf, Failure> {
-    use std::path::Component;
-    let ok = |s: &str| {
-        let p = std::path::Path::new(s);
-        !s.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
-    };
-    if !ok(artifact) || !ok(rel) {
-        return Err(Failure::new(
-            exit::RUNTIME,
-            anyhow::anyhow!("artifact {artifact:?} file {rel:?}: not a plain relative path"),
-        ));
-    }
-    Ok(dir.join(artifact).join(rel))
-}
-
-/// Writes the bundle: the document (`deploy.yaml`, or `deploy.json` with `--format json`; the summary as
-/// `summary.txt` with `--format table`), and for each launch artifact a directory of its name holding its files
-/// and, when it has one, `command.sh` (its shell line). Each file is written atomically; existing files are
-/// replaced, nothing else is removed.
-fn write_bundle(
-    dir: &std::path::Path,
-    doc: &crate::emit::Deployment,
-    text: &str,
-    format: OutputFormat,
-) -> Result<(), Failure> {
-    let mkdir = |d: &std::path::Path| {
-        std::fs::create_dir_all(d).map_err(|e| {
-            Failure::new(
-                exit::RUNTIME,
-                anyhow::Error::new(e).context(format!("creating {}", d.display())),
-            )
-        })
-    };
-    mkdir(dir)?;
-    let name = match format {
-        OutputFormat::Json => "deploy.json",
-        OutputFormat::Table => "summary.txt",
-        _ => "deploy.yaml",
-    };
-    super::output::write_file(&dir.join(name), text)?;
-    for a in &doc.launch {
-        for (rel, content) in &a.files {
-            let path = bundle_path(dir, &a.name, rel)?;
-            if let Some(parent) = path.parent() {
-                mkdir(parent)?;
-            }
-            super::output::write_file(&path, content)?;
+    match &s.output {
+        Some(p) if super::bundle::is_bundle(p) => {
+            super::bundle::write_bundle(p, &doc, &text, s.format)?;
         }
-        if let Some(cmd) = &a.command {
-            let path = bundle_path(dir, &a.name, "command.sh")?;
-            if let Some(parent) = path.parent() {
-                mkdir(parent)?;
-            }
-            // The shell line carries the environment it needs itself (`VAR=value program args`).
-            let mut sh = String::from(
-                "#!/bin/sh\n# Written by `optimizer resolve`: run it from this directory.\n",
-            );
-            sh.push_str(cmd);
-            sh.push('\n');
-            super::output::write_file(&path, &sh)?;
-        }
+        Some(p) => super::output::write_file(p, &text)?,
+        None => write_stdout(&text)?,
     }
     Ok(())
 }
