@@ -14,6 +14,7 @@ pub struct EstimateRequest {
 /// `estimate`: the llama.cpp memory model for the flags, on the probed (or inventory, or profiled) machine.
 pub fn estimate(sources: &Sources, req: &EstimateRequest) -> Result<Estimate, Failure> {
     let spec = crate::model::load(&req.model)?;
+    crate::model::safetensors::require_config(&req.model, &spec)?;
     estimate_loaded(sources, req, &spec)
 }
 
@@ -106,6 +107,7 @@ pub fn estimate_sweep(
     axis: SweepAxis,
 ) -> Result<Sweep, Failure> {
     let spec = crate::model::load(&req.model)?;
+    crate::model::safetensors::require_config(&req.model, &spec)?;
     let set = sources.profiles()?;
     let mut notes = Vec::new();
     let (overhead, _) = set.llama_cpp_gpu_overhead();

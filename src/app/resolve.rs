@@ -43,6 +43,7 @@ pub fn stabilize(inv: &mut crate::hardware::Inventory) {
 /// `Ok` with `status: no-fit`.
 pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Failure> {
     let spec = crate::model::load(&req.model)?;
+    crate::model::safetensors::require_config(&req.model, &spec)?;
     let set = sources.profiles()?;
     let workload = &set
         .find_workload(&req.workload)

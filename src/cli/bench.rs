@@ -118,7 +118,7 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         }
         Some(r) => {
             for why in &r.skipped {
-                let _ = writeln!(err, "not recorded: {why}");
+                let _ = writeln!(err, "not recorded: {}", super::terminal::safe_lines(why));
             }
         }
     }
@@ -126,17 +126,20 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
     write_stdout(&text)
 }
 
+/// The summary table. The served model id and the notes come from the server (GET /v1/models), the
+/// deployment's names from its document: printed through [`super::terminal::safe`].
 fn table(done: &crate::app::Benched) -> String {
+    use super::terminal::safe;
     let r = &done.report;
     let mut t = String::new();
     let _ = writeln!(
         t,
         "{} {}{}: prompt {} tokens{}, {} generated per request{}",
-        r.url,
+        safe(&r.url),
         r.endpoint,
         r.served_model
             .as_ref()
-            .map_or_else(String::new, |m| format!(" (model {m})")),
+            .map_or_else(String::new, |m| format!(" (model {})", safe(m))),
         r.prompt_tokens_requested,
         r.levels
             .iter()
@@ -182,14 +185,14 @@ fn table(done: &crate::app::Benched) -> String {
         from.join("; ")
     });
     for n in &r.notes {
-        let _ = writeln!(t, "note: {n}");
+        let _ = writeln!(t, "note: {}", safe(n));
     }
     if let Some(rec) = &done.recorded {
         let _ = writeln!(
             t,
             "recorded against {} ({}): run {}, rows {}",
-            rec.deployment,
-            rec.device_profile,
+            safe(&rec.deployment),
+            safe(&rec.device_profile),
             rec.run,
             rec.rows
                 .iter()

@@ -183,8 +183,9 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 fn table(m: &ModelSpec, with_tensors: bool) -> String {
     let h = &m.hparams;
     let mut o = String::new();
+    // Names, paths, dtypes and methods come from the model's files: printed with controls escaped.
     let mut row = |k: &str, v: String| {
-        let _ = writeln!(o, "{k:<14} {v}");
+        let _ = writeln!(o, "{k:<14} {}", super::terminal::safe(&v));
     };
     let where_ = match m.files.as_slice() {
         [one] => one.path.display().to_string(),
@@ -372,7 +373,7 @@ fn table(m: &ModelSpec, with_tensors: bool) -> String {
         let w = m
             .tensors
             .iter()
-            .map(|t| t.name.len())
+            .map(|t| super::terminal::safe(&t.name).chars().count())
             .max()
             .unwrap_or(4)
             .max(4);
@@ -388,7 +389,7 @@ fn table(m: &ModelSpec, with_tensors: bool) -> String {
             let _ = writeln!(
                 o,
                 "{:<w$}  {:<8} {:<24} {:>14}  {:<11} {}",
-                t.name,
+                super::terminal::safe(&t.name),
                 t.dtype.name(),
                 shape,
                 t.bytes,

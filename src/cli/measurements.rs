@@ -185,6 +185,33 @@ pub(super) fn prune(common: &Common, s: &PruneSettings) -> Result<(), Failure> {
     write_stdout(&text)
 }
 
+/// `measurements list` as a table. Status, tool, device and metric are the store's text, written by imports of
+/// other tools' output: printed through [`super::terminal::safe`], so a stored name cannot drive the terminal.
+pub(super) fn list_table(rows: &[crate::store::Listed]) -> String {
+    use super::terminal::safe;
+    let mut t = format!(
+        "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14} {:>3} {:>5}\n",
+        "row", "run", "status", "tool", "device", "metric", "value", "t", "ngl"
+    );
+    let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14.3} {:>3} {:>5}",
+            r.row,
+            r.run,
+            safe(&r.status),
+            safe(&r.tool),
+            safe(&r.device_profile),
+            safe(&r.metric),
+            r.value,
+            opt(r.threads),
+            opt(r.gpu_layers)
+        );
+    }
+    t
+}
+
 fn ids(v: &[i64]) -> String {
     if v.is_empty() {
         return "none".into();
@@ -210,6 +237,14 @@ fn table(p: &Pruned) -> String {
         "{verb} with them, no longer referenced: {} device(s), {} model(s), {} host(s)",
         p.devices, p.models, p.hosts
     );
+    for k in &p.kept_running {
+        let _ = writeln!(
+            t,
+            "kept run {} (incomplete): its recorder may still be writing it: {}",
+            k.run,
+            super::terminal::safe(&k.why)
+        );
+    }
     if p.dry_run {
         t.push_str("dry run: nothing was changed\n");
     }

@@ -5,6 +5,7 @@
 //! fits · 4 invalid input file (model, profile, database).
 
 mod bench;
+mod bundle;
 mod calibrate;
 mod calibrate_runner;
 mod estimate;
@@ -14,6 +15,7 @@ pub mod output;
 mod probe;
 mod profiles;
 mod resolve;
+pub(crate) mod terminal;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -364,22 +366,31 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
             let done = crate::app::import_measurements(&common, &file, model.as_deref())?;
             let text = match format {
                 OutputFormat::Table => {
-                    let mut t = format!(
-                        "{}: run(s) {}, {} measurement{} recorded (rows {})\n",
-                        done.file,
-                        done.runs
-                            .iter()
-                            .map(i64::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        done.rows.len(),
-                        if done.rows.len() == 1 { "" } else { "s" },
-                        done.rows
-                            .iter()
-                            .map(i64::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
+                    let mut t = String::new();
+                    for run in &done.already_imported {
+                        t.push_str(&format!(
+                            "{}: already imported: run {run}; nothing recorded for it\n",
+                            done.file
+                        ));
+                    }
+                    if !done.runs.is_empty() || done.already_imported.is_empty() {
+                        t.push_str(&format!(
+                            "{}: run(s) {}, {} measurement{} recorded (rows {})\n",
+                            done.file,
+                            done.runs
+                                .iter()
+                                .map(i64::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            done.rows.len(),
+                            if done.rows.len() == 1 { "" } else { "s" },
+                            done.rows
+                                .iter()
+                                .map(i64::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    }
                     for s in &done.skipped {
                         t.push_str(&format!("skipped {s}\n"));
                     }
@@ -417,28 +428,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::MeasurementsList(format) => {
             let rows = common.store()?.list().map_err(crate::app::store_failure)?;
             let text = match format {
-                OutputFormat::Table => {
-                    let mut t = format!(
-                        "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14} {:>3} {:>5}\n",
-                        "row", "run", "status", "tool", "device", "metric", "value", "t", "ngl"
-                    );
-                    let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
-                    for r in &rows {
-                        t.push_str(&format!(
-                            "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14.3} {:>3} {:>5}\n",
-                            r.row,
-                            r.run,
-                            r.status,
-                            r.tool,
-                            r.device_profile,
-                            r.metric,
-                            r.value,
-                            opt(r.threads),
-                            opt(r.gpu_layers)
-                        ));
-                    }
-                    t
-                }
+                OutputFormat::Table => measurements::list_table(&rows),
                 f => render(&rows, f)?,
             };
             write_stdout(&text)
@@ -472,12 +462,17 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
 
 fn report(f: &Failure) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "error: {}", f.error);
+    // Messages quote file, store and server content: printed with its control characters escaped.
+    let _ = writeln!(err, "error: {}", terminal::safe_lines(&f.error.to_string()));
     for cause in f.error.chain().skip(1) {
-        let _ = writeln!(err, "  caused by: {cause}");
+        let _ = writeln!(
+            err,
+            "  caused by: {}",
+            terminal::safe_lines(&cause.to_string())
+        );
     }
     if let Some(h) = &f.hint {
-        let _ = writeln!(err, "hint: {h}");
+        let _ = writeln!(err, "hint: {}", terminal::safe_lines(h));
     }
 }
 

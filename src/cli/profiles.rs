@@ -14,13 +14,7 @@ pub(super) use crate::app::invalid_profiles as invalid;
 pub(super) fn validate(common: &Common, paths: &[PathBuf]) -> Result<(), Failure> {
     let (files, mut diags) = if paths.is_empty() {
         let mut files = profile::builtin_files();
-        let dirs: Vec<PathBuf> = common
-            .profile_dirs
-            .iter()
-            .filter(|d| d.is_dir())
-            .cloned()
-            .collect();
-        let (user, d) = profile::read_paths(&dirs);
+        let (user, d) = profile::read_paths(&common.overlay_dirs()?);
         files.extend(user);
         (files, d)
     } else {

@@ -15,7 +15,50 @@
 //! compute capability.
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Most logical CPUs an inventory may give (and so most physical cores, threads and CPUs of a quota): 8,192,
+/// the most a mainline Linux kernel can run (`NR_CPUS_RANGE_END` is 8192 on x86-64, arch/x86/Kconfig; powerpc's
+/// `NR_CPUS` range ends at 8192 and arm64's at 4096). The largest single-image machines sold (HPE Superdome
+/// Flex: 32 sockets, 896 cores, 1,792 threads) are well within it; a count past it is a typo or a hostile file,
+/// and would otherwise become `-t 4294967294` and a Kubernetes CPU request of the same size.
+pub const MAX_LOGICAL_CPUS: u32 = 8192;
+
+/// `cpu.features`: names only. A YAML `12`, `null` or `true` in the list is a mistake in the file (an
+/// unquoted number, an empty item); reading it as the string `"12"` would pass it on as a feature no CPU has.
+fn feature_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Name(String);
+    impl<'de> Deserialize<'de> for Name {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl serde::de::Visitor<'_> for V {
+                type Value = Name;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a feature name (a string such as avx2; quote a name that reads as a number)")
+                }
+                fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Name, E> {
+                    Ok(Name(v.to_string()))
+                }
+                fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Name, E> {
+                    Ok(Name(v))
+                }
+                fn visit_unit<E: serde::de::Error>(self) -> Result<Name, E> {
+                    Err(E::invalid_type(serde::de::Unexpected::Other("null"), &self))
+                }
+                fn visit_none<E: serde::de::Error>(self) -> Result<Name, E> {
+                    self.visit_unit()
+                }
+            }
+            // Untyped, so the document's own type reaches the visitor: a plain `12` is an integer there and
+            // is refused, where asking for a string would have turned it into "12".
+            d.deserialize_any(V)
+        }
+    }
+    Ok(Vec::<Name>::deserialize(d)?
+        .into_iter()
+        .map(|n| n.0)
+        .collect())
+}
 
 /// Which limit bounds a figure: the host's own, or a container's cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -48,6 +91,7 @@ pub struct Cpu {
     pub logical_cpus: u32,
     /// SIMD features: x86 `sse4.2`, `avx`, `avx2`, `fma`, `f16c`, `avx512f`, `avx512bw`, `avx512vl`,
     /// `avx512vnni`, `avx512bf16`, `amx`; aarch64 `neon`, `dotprod`, `i8mm`, `sve`.
+    #[serde(deserialize_with = "feature_names")]
     pub features: Vec<String>,
     /// `x86_64`, `aarch64`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

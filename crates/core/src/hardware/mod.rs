@@ -8,7 +8,9 @@ mod inventory;
 use std::path::{Path, PathBuf};
 
 pub use cluster::{Cluster, Fabric, FabricKind, Node, Sourced, load_cluster, parse_cluster};
-pub use inventory::{Bound, Caches, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory, Memory};
+pub use inventory::{
+    Bound, Caches, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory, MAX_LOGICAL_CPUS, Memory,
+};
 
 /// Where an inventory comes from.
 pub trait Probe {
@@ -86,6 +88,21 @@ fn validate(inv: &Inventory) -> Result<(), String> {
         return Err(format!(
             "cpu: physical_cores {} must be at least 1 and at most logical_cpus {}",
             inv.cpu.physical_cores, inv.cpu.logical_cpus
+        ));
+    }
+    if inv.cpu.logical_cpus > MAX_LOGICAL_CPUS {
+        return Err(format!(
+            "cpu.logical_cpus: {} exceeds {MAX_LOGICAL_CPUS}, the most logical CPUs a Linux kernel runs (NR_CPUS)",
+            inv.cpu.logical_cpus
+        ));
+    }
+    // A quota of 0.5 CPUs is real (`cpu.max` 50000 100000); NaN, infinities, zero and negatives are not, and
+    // would silently plan one thread.
+    if let Some(c) = inv.cpu.effective_cpus
+        && !(c.is_finite() && c > 0.0 && c <= f64::from(MAX_LOGICAL_CPUS))
+    {
+        return Err(format!(
+            "cpu.effective_cpus: {c} is not a CPU count; it must be a positive number of CPUs (a cgroup quota such as 2.5) at most {MAX_LOGICAL_CPUS}"
         ));
     }
     if inv.memory.available_bytes > inv.memory.total_bytes {

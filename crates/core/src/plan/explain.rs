@@ -87,6 +87,10 @@ fn why_lost<R: Runtime>(
     w: &WorkloadProfile,
 ) -> String {
     use crate::units::gib;
+    if c.eval.memory.is_empty() && c.eval.overflow == u64::MAX {
+        // Not sized (the memory model refused its flags): no overflow figure exists.
+        return format!("cannot be sized: {}", c.eval.notes.join("; "));
+    }
     if !c.fits() {
         return format!(
             "does not fit: {:.2} GiB over on its fullest device",

@@ -305,9 +305,17 @@ pub fn builtin_files() -> Vec<SourceFile> {
 
 /// Reads profile files from paths: a file, or a directory searched for `*.yaml` (recursively). A file's kind
 /// comes from its parent directory's name (`hardware`, `workloads`, `rules`), else from its content.
+///
+/// A file reached by several names (links, hard links, a path given twice) is read once, under the first of
+/// its names in sorted order: files are identified by (device, inode) before anything is read, so 3,000 links
+/// to one 1 MB profile cost one read and one validation (issue 24: they took 2.9 GB and 71 s). Over all
+/// `paths` together at most [`MAX_OVERLAY_FILES`] distinct files and [`MAX_OVERLAY_BYTES`] are read; past
+/// either the path that brought them is reported (and the load refused) rather than read on.
 pub fn read_paths(paths: &[PathBuf]) -> (Vec<SourceFile>, Vec<Diagnostic>) {
     let mut files = Vec::new();
     let mut diags = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0u64;
     for p in paths {
         let mut found = Vec::new();
         if p.is_dir() {
@@ -317,13 +325,49 @@ pub fn read_paths(paths: &[PathBuf]) -> (Vec<SourceFile>, Vec<Diagnostic>) {
                 diags: &mut diags,
             };
             walk.dir(p, 0);
-            found.sort();
+            found.sort_by(|a, b| a.0.cmp(&b.0));
         } else {
-            found.push(p.clone());
+            found.push((p.clone(), std::fs::metadata(p).ok()));
         }
-        for f in found {
+        for (f, meta) in found {
+            // A name for a file already taken is skipped; one that cannot be stat'ed goes to `read_file`,
+            // which reports why.
+            let size = match &meta {
+                Some(m) if m.is_file() => {
+                    if !seen.insert(file_id(m)) {
+                        continue;
+                    }
+                    m.len().min(MAX_PROFILE_BYTES)
+                }
+                _ => 0,
+            };
+            let over = if files.len() >= MAX_OVERLAY_FILES {
+                Some(format!(
+                    "more than {MAX_OVERLAY_FILES} distinct profile files under the overlays (the built-in set has about a hundred); not read past {}",
+                    f.display()
+                ))
+            } else if bytes.saturating_add(size) > MAX_OVERLAY_BYTES {
+                Some(format!(
+                    "the overlays' profile files pass {} MiB together (the built-in set is under 1 MiB); not read past {}",
+                    MAX_OVERLAY_BYTES >> 20,
+                    f.display()
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = over {
+                diags.push(Diagnostic {
+                    path: p.display().to_string(),
+                    instance_path: String::new(),
+                    message,
+                });
+                return (files, diags);
+            }
             match read_file(&f) {
-                Ok(sf) => files.push(sf),
+                Ok(sf) => {
+                    bytes = bytes.saturating_add(sf.text.len() as u64);
+                    files.push(sf);
+                }
                 Err(d) => diags.push(d),
             }
         }
@@ -334,16 +378,24 @@ pub fn read_paths(paths: &[PathBuf]) -> (Vec<SourceFile>, Vec<Diagnostic>) {
 /// Directory levels below an overlay root that are searched. Real overlays are `DIR/{hardware,workloads,
 /// rules}/*.yaml`, two levels; 16 leaves room for any grouping while bounding the recursion.
 pub const MAX_OVERLAY_DEPTH: usize = 16;
-/// Profile files in one overlay tree. The built-in set has about a hundred; past this the tree is not a
-/// profile directory (and each file costs a schema validation).
-pub const MAX_OVERLAY_FILES: usize = 10_000;
+/// Distinct profile files read from all overlays together. The built-in set has 75; a thousand is more than
+/// any user set of devices, workloads and rule tables, and bounds the validations (each file is schema-checked
+/// and compared with every other).
+pub const MAX_OVERLAY_FILES: usize = 1_000;
+/// Bytes of profile files read from all overlays together. The built-in set is 183 KB (75 files, the largest
+/// under 10 KB); 16 MiB is 90 times that, and 16 files at the per-file limit [`MAX_PROFILE_BYTES`].
+pub const MAX_OVERLAY_BYTES: u64 = 16 << 20;
+/// Names ending in `.yaml` the walk of one overlay tree collects before duplicates are dropped: bounds the
+/// list of names (a few hundred bytes each) however many links a tree holds.
+pub const MAX_OVERLAY_NAMES: usize = 65_536;
 
 /// The walk of one overlay tree. Directories are identified by (device, inode), so symbolic links that lead
 /// back up the tree (two self-links once made the walk exponential) are entered once; entries named `*.yaml`
-/// that are not regular files (FIFOs, devices, dangling links) are reported instead of opened.
+/// that are not regular files (FIFOs, devices, dangling links) are reported instead of opened. Each file found
+/// comes with its metadata (links followed), so [`read_paths`] can drop a second name for one file unread.
 struct Walk<'a> {
     visited: std::collections::HashSet<(u64, u64)>,
-    files: &'a mut Vec<PathBuf>,
+    files: &'a mut Vec<(PathBuf, Option<std::fs::Metadata>)>,
     diags: &'a mut Vec<Diagnostic>,
 }
 
@@ -385,20 +437,18 @@ impl Walk<'_> {
                     };
                     self.diag(&p, format!("{what}; skipped"));
                 }
-                Ok(_) if is_yaml => {
-                    if self.files.len() >= MAX_OVERLAY_FILES {
+                found if is_yaml => {
+                    if self.files.len() >= MAX_OVERLAY_NAMES {
                         self.diag(
-                            &p,
-                            format!("more than {MAX_OVERLAY_FILES} profile files in the overlay; the rest are not read"),
+                            dir,
+                            format!("more than {MAX_OVERLAY_NAMES} names of profile files in the overlay; the rest are not read"),
                         );
                         return;
                     }
-                    self.files.push(p);
+                    // A dangling link named like a profile (no metadata): `read_file` reports it.
+                    self.files.push((p, found.ok()));
                 }
-                Ok(_) => {}
-                // A dangling link named like a profile: `read_file` reports it.
-                Err(_) if is_yaml => self.files.push(p),
-                Err(_) => {}
+                _ => {}
             }
         }
     }

@@ -143,6 +143,29 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn parse(url: &str) -> Result<Endpoint, BenchError> {
+        // The host and the path go into the request line and the Host header as they are: a CR or LF would end
+        // the line and start a header of the URL's choosing, a space would split the request line. A URL has
+        // neither (RFC 3986 2: no controls, no spaces), so any is refused before anything is sent; the URL is
+        // quoted escaped, since printing it raw would replay the control characters on the terminal.
+        if let Some((i, c)) = url
+            .chars()
+            .enumerate()
+            .find(|(_, c)| c.is_control() || c.is_whitespace())
+        {
+            let what = if c.is_control() {
+                "a control character"
+            } else {
+                "a space"
+            };
+            return Err(BenchError::BadUrl {
+                url: url.escape_debug().to_string(),
+                why: format!(
+                    "--url character {} is U+{:04X}, {what}; a URL holds no control characters or spaces (they would split the request line or inject headers)",
+                    i + 1,
+                    u32::from(c)
+                ),
+            });
+        }
         let bad = |why: &str| BenchError::BadUrl {
             url: url.to_string(),
             why: why.to_string(),

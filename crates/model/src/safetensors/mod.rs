@@ -104,6 +104,38 @@ pub fn load(path: &Path) -> Result<ModelSpec, ModelError> {
     build(layout)
 }
 
+/// What a plan of a safetensors checkpoint needs besides what [`load`] requires: its `config.json`. The reader
+/// takes a checkpoint without one (`inspect` shows its tensors, and a lone `.safetensors` file need not be a
+/// transformers checkpoint), but the layer count, the heads and the trained context a plan rests on are only in
+/// the configuration; without it a planner could only say which of them is missing, which misleads (issue 24:
+/// "config.json declares no num_hidden_layers", exit 2, for a directory that had no config.json). `path` is
+/// what was given to [`load`]. Err names the missing file; a GGUF model needs nothing and passes.
+pub fn require_config(path: &Path, spec: &ModelSpec) -> Result<(), ModelError> {
+    if spec.format != Format::Safetensors {
+        return Ok(());
+    }
+    // The directory [`load`] read config.json from: the model directory, or the one holding the file given.
+    let dir = if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        path.to_path_buf()
+    } else {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        }
+    };
+    let config = dir.join(CONFIG_FILE);
+    match std::fs::symlink_metadata(&config) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ModelError::model(
+            &config,
+            Defect::Config(format!(
+                "no such file; a safetensors checkpoint is planned from the {CONFIG_FILE} beside its weights (layer count, attention heads, trained context), which transformers' save_pretrained writes with them: copy it from the model's repository"
+            )),
+        )),
+        Err(e) => Err(ModelError::io(&config)(e)),
+    }
+}
+
 /// Reads `config.json` in `dir`; `None` when there is none.
 pub fn read_config(dir: &Path) -> Result<Option<HfConfig>, ModelError> {
     let path = dir.join(CONFIG_FILE);

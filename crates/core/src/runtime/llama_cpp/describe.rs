@@ -377,6 +377,14 @@ impl LlamaCpp<'_> {
         let model = self.req.model;
         use crate::units::gib;
         let overflow = near.eval.overflow;
+        if near.eval.memory.is_empty() {
+            // The memory model refused the candidate's flags: there is no figure to quote (it was 2^64 bytes).
+            return vec![format!(
+                "the nearest configuration ({}) cannot be sized: {}",
+                self.label(near),
+                near.eval.notes.join("; ")
+            )];
+        }
         let mut s = vec![format!(
             "the nearest configuration ({}) needs {:.2} GiB more on its fullest device",
             self.label(near),

@@ -7,12 +7,25 @@
 //! num_ctx, repeat_*, temperature, seed, stop, tfs_z, num_predict, top_k, top_p, min_p); num_gpu, num_thread
 //! and num_batch are no longer documented there, so Ollama places layers and picks threads itself, and the
 //! server environment carries what decides its memory (parallel slots, KV cache type, flash attention, context).
+//!
+//! Trade-off: a model path with a control character is refused ([`check_model_path`]) rather than quoted: the
+//! Modelfile is read line by line (`FROM <path>`), and Ollama's parser has no escape for a line break inside a
+//! path, so a newline in the name would start an instruction of the file name's choosing (a `SYSTEM` prompt,
+//! another `FROM`). The shell line and argv need no refusal (every word is single-quoted, [`shell_quote`]),
+//! but one plan emits them all.
 
 use std::collections::BTreeMap;
 
+#[cfg(doc)]
+use crate::emit::shell_quote;
 use crate::emit::{Artifact, LlamaCppSettings, Resources, shell_command};
 use crate::fleet::{DeviceId, DeviceKind};
+use crate::profile::WorkloadProfile;
 use crate::runtime::kubernetes::{self, SecretEnv, Server};
+use crate::runtime::{PlanError, Size};
+use optimizer_memory::llama_cpp;
+
+use super::{CTX_STEP, MAX_CONTEXT_PER_SEQUENCE};
 
 /// The address llama-server listens on: every interface (its default, 127.0.0.1, is unreachable from outside
 /// a pod or from another machine).
@@ -224,6 +237,57 @@ pub fn replicas(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artif
     }
 }
 
+/// Refuses a model path that the Modelfile's `FROM` line cannot carry: one with a control character (U+0000 to
+/// U+001F, U+007F, or a C1 control), which would end the line or hide in it. The error quotes the path escaped
+/// and names the character (exit 4: the model's name is the input's defect).
+pub fn check_model_path(model_path: &str) -> Result<(), PlanError> {
+    match model_path.chars().enumerate().find(|(_, c)| c.is_control()) {
+        None => Ok(()),
+        Some((i, c)) => Err(PlanError::Model(format!(
+            "model path {model_path:?}: character {} is U+{:04X}, a control character; the Ollama Modelfile names the model on one line (FROM <path>), where a line break would inject instructions, so rename the file",
+            i + 1,
+            u32::from(c)
+        ))),
+    }
+}
+
+/// Sequences and context the engine accepts at all, whatever the memory: `-np` at most
+/// [`llama_cpp::MAX_SEQ`], and a `-c` (the context over every slot, sequences × context per sequence) that
+/// fits its `int32_t` ([`MAX_CONTEXT_PER_SEQUENCE`]). Past them llama-server refuses to start, so the request is
+/// refused here (exit 2) rather than planned as a candidate that "needs" an impossible amount of memory (issue
+/// 24: `-c 2147483647 -np 2` on a Mamba model printed "needs 17179869184 GiB more", 2^64 bytes).
+pub(super) fn engine_limits(
+    ov: &crate::runtime::Overrides,
+    w: &WorkloadProfile,
+    n_par: u32,
+    n_ctx_train: u32,
+) -> Result<(), PlanError> {
+    let sequences = match ov.parallel {
+        Some(p) => format!("--parallel {p}"),
+        None => format!("workload {}'s concurrency of {n_par}", w.id),
+    };
+    if n_par > llama_cpp::MAX_SEQ {
+        return Err(PlanError::Usage(format!(
+            "{sequences}: llama-server serves at most {} sequences at once (LLAMA_MAX_SEQ); run replicas behind a load balancer for more",
+            llama_cpp::MAX_SEQ
+        )));
+    }
+    if let Size::Fixed(c) = crate::runtime::context_size(ov, w, n_ctx_train, CTX_STEP) {
+        let total = u64::from(c) * u64::from(n_par);
+        if total > u64::from(MAX_CONTEXT_PER_SEQUENCE) {
+            let context = match ov.context_length {
+                Some(_) => format!("-c {c}"),
+                None => format!("workload {}'s context of {c} tokens per sequence", w.id),
+            };
+            return Err(PlanError::Usage(format!(
+                "{context} with {sequences}: llama-server's -c is the context over every slot, {c} x {n_par} = {total} tokens, above the {MAX_CONTEXT_PER_SEQUENCE} its int32 takes; at {n_par} sequences a sequence holds at most {} tokens",
+                MAX_CONTEXT_PER_SEQUENCE / n_par
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Ollama's K/V cache types (docs/faq.md, "How can I set the quantization type for the K/V cache?": `f16`,
 /// `q8_0`, `q4_0`; quantized types need flash attention).
 const OLLAMA_KV_TYPES: [&str; 3] = ["f16", "q8_0", "q4_0"];
@@ -233,7 +297,9 @@ const OLLAMA_KV_TYPES: [&str; 3] = ["f16", "q8_0", "q4_0"];
 /// `OLLAMA_NUM_PARALLEL`, `OLLAMA_CONTEXT_LENGTH`, `OLLAMA_FLASH_ATTENTION`, `OLLAMA_KV_CACHE_TYPE`, all server
 /// settings, not Modelfile parameters). A K cache type Ollama does not offer, or K and V types that differ, is
 /// left out and said in the description: Ollama then uses f16.
+/// `model_path` has passed [`check_model_path`] (the runtime refuses the plan otherwise).
 pub fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
+    debug_assert!(check_model_path(model_path).is_ok(), "{model_path:?}");
     let modelfile = format!(
         "# Planned by optimizer: the context per sequence. Layer placement and threads are Ollama's.\nFROM {model_path}\nPARAMETER num_ctx {}\n",
         s.context_per_sequence
@@ -334,5 +400,98 @@ pub fn kubernetes(
         env: BTreeMap::new(),
         files,
         resources: Some(Resources { requests, limits }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> LlamaCppSettings {
+        LlamaCppSettings {
+            strategy: crate::emit::Strategy::Cpu,
+            gpu_layers: 0,
+            tensor_split: None,
+            context_length: 4096,
+            context_per_sequence: 4096,
+            batch_size: 2048,
+            ubatch_size: 512,
+            parallel: 1,
+            threads: 4,
+            flash_attention: true,
+            cache_type_k: "f16".into(),
+            cache_type_v: "f16".into(),
+            mmap: true,
+            n_cpu_moe: 0,
+            precision: "fp32".into(),
+        }
+    }
+
+    /// Issue 24: `FROM /m\nSYSTEM pwned` would have been two Modelfile instructions.
+    #[test]
+    fn a_model_path_with_a_control_character_is_refused_for_the_modelfile() {
+        for (path, at, code) in [
+            ("/m/x\nSYSTEM pwned.gguf", 5, "U+000A"),
+            ("/m/x\rFROM evil", 5, "U+000D"),
+            ("/m/\x1b]0;t\x07.gguf", 4, "U+001B"),
+            ("/m/\x7f.gguf", 4, "U+007F"),
+            ("/m/\u{85}.gguf", 4, "U+0085"),
+        ] {
+            let Err(PlanError::Model(m)) = check_model_path(path) else {
+                panic!("{path:?} accepted")
+            };
+            assert!(m.contains(&format!("{path:?}")), "quoted escaped: {m}");
+            assert!(m.contains(&format!("character {at} is {code}")), "{m}");
+            assert!(!m.chars().any(char::is_control), "{m:?}");
+        }
+        // Spaces, quotes and non-ASCII stay on the FROM line as they are.
+        let fine = "/models/my model \"v2\" é.gguf";
+        assert!(check_model_path(fine).is_ok());
+        let a = ollama(fine, &settings());
+        assert_eq!(
+            a.files["Modelfile"]
+                .lines()
+                .filter(|l| l.starts_with("FROM "))
+                .count(),
+            1
+        );
+    }
+
+    /// The shell line single-quotes every word: a path with a newline, quotes or `$(...)` stays one argument
+    /// when a POSIX shell reads it (checked with `sh`, the reader of `command.sh`).
+    #[test]
+    fn the_shell_line_keeps_a_hostile_path_one_argument() {
+        let path = "/m/a b\n'c'$(echo injected)`id`\\.gguf";
+        let serve = Serve {
+            model_path: path,
+            alias: "a\nb",
+            pooling: None,
+            port: PORT,
+        };
+        let a = llama_server(&serve, &settings(), &[]);
+        let line = a.command.unwrap();
+        // Replace the program by a function that prints each argument on its own NUL-terminated record.
+        let script = format!(
+            "llama_server() {{ printf '%s\\0' \"$@\"; }}\n{}",
+            line.replacen("llama-server", "llama_server", 1)
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let args: Vec<String> = out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8(a.to_vec()).unwrap())
+            .collect();
+        assert_eq!(args, a.argv[1..].to_vec());
+        assert_eq!(args[1], path);
     }
 }

@@ -25,8 +25,8 @@ use optimizer_memory::llama_cpp::{self, CACHE_TYPES, FlashAttn, GpuTarget, Machi
 use optimizer_model::{Format, GgmlType, ModelSpec};
 
 /// Longest context per sequence: the whole `-c` is an `int32_t` in llama.cpp (and positions are `llama_pos`,
-/// int32), so one sequence cannot hold more either. A total over slots above it (a saturated product included)
-/// is refused by the memory model's own `-c` bound, and that candidate does not fit.
+/// int32), so one sequence cannot hold more either. A total over slots above it is refused as asked
+/// (`launch::engine_limits`), and the largest-fit search stays below it.
 pub const MAX_CONTEXT_PER_SEQUENCE: u32 = llama_cpp::MAX_CTX_FLAG;
 
 /// The context step the KV cache pads to (llama.cpp: 256 cells).
@@ -206,6 +206,11 @@ impl<'a> LlamaCpp<'a> {
         let n_layer = u32::try_from(n_layer)
             .map_err(|_| PlanError::Model(format!("block_count {n_layer} is out of range")))?;
         let n_ctx_train = trained_context(model)?;
+        // Every plan emits an Ollama Modelfile naming the model (a split model by its first shard).
+        launch::check_model_path(req.model_path)?;
+        for f in &model.files {
+            launch::check_model_path(&f.path.display().to_string())?;
+        }
         let ov = req.overrides;
         if let Some(c) = ov.context_length
             && !(1..=MAX_CONTEXT_PER_SEQUENCE).contains(&c)
@@ -215,6 +220,7 @@ impl<'a> LlamaCpp<'a> {
             )));
         }
         let n_par = super::sequences(w, ov, "llama-server refuses -np 0")?;
+        launch::engine_limits(ov, w, n_par, n_ctx_train)?;
         let mut warnings = Vec::new();
         if let Some(ngl) = ov.gpu_layers
             && ngl > n_layer + 1
@@ -528,12 +534,23 @@ impl Runtime for LlamaCpp<'_> {
     }
 
     fn size(&self) -> Size {
-        super::context_size(
+        match super::context_size(
             self.req.overrides,
             self.workload(),
             self.n_ctx_train,
             CTX_STEP,
-        )
+        ) {
+            // The search stays within the -c the engine takes at these sequences (`launch::engine_limits`).
+            Size::LargestFit { floor, max, step } => {
+                let limit = MAX_CONTEXT_PER_SEQUENCE / self.n_par.max(1);
+                Size::LargestFit {
+                    floor: floor.min(limit),
+                    max: max.min(limit),
+                    step,
+                }
+            }
+            fixed => fixed,
+        }
     }
 
     fn evaluate(&self, p: &Point, ctx_seq: u32) -> Result<Eval, PlanError> {
@@ -559,7 +576,12 @@ impl Runtime for LlamaCpp<'_> {
             // A defect of the model (an out-of-range hyper-parameter, an overflow at any size) is no candidate
             // that failed to fit: the planner stops and names the file (exit 4).
             Err(e) if e.is_model_defect() => return Err(e.into()),
-            Err(_) => return Ok(failed()),
+            // Not sized: no memory figure exists, and the explanation says why instead of quoting one.
+            Err(e) => {
+                let mut f = failed();
+                f.notes.push(e.to_string());
+                return Ok(f);
+            }
         };
         let threads = self.threads(p);
         let host_room = fleet

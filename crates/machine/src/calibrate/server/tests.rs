@@ -57,6 +57,33 @@ fn urls_parse_to_host_port_and_prefix_and_https_is_refused_by_name() {
     }
 }
 
+/// A CR, LF, other control character or space anywhere in the URL would reach the request line or the Host
+/// header as it is (issue 24: `--url 'http://h:8080/x\r\nX-Evil: 1'` sent the header): refused, naming the
+/// character's position, with the URL quoted escaped.
+#[test]
+fn control_characters_and_spaces_in_a_url_are_refused() {
+    for (bad, at, code) in [
+        ("http://127.0.0.1:8080/x\r\nX-Evil: 1", 24, "U+000D"),
+        ("http://127.0.0.1:8080/x\nX-Evil: 1", 24, "U+000A"),
+        ("http://h\x1b]0;pwned\x07:80", 9, "U+001B"),
+        ("http://h:80/a b", 14, "U+0020"),
+        ("http://h:80/\u{85}", 13, "U+0085"),
+        ("http://h:80/\x7f", 13, "U+007F"),
+        ("http://h:80/\t", 13, "U+0009"),
+    ] {
+        let e = Endpoint::parse(bad).unwrap_err();
+        let BenchError::BadUrl { url, why } = &e else {
+            panic!("{bad:?}: {e:?}")
+        };
+        assert!(
+            why.contains("--url") && why.contains(&format!("character {at} is {code}")),
+            "{bad:?}: {why}"
+        );
+        assert!(!url.chars().any(char::is_control), "escaped: {url:?}");
+        assert!(e.is_usage());
+    }
+}
+
 #[test]
 fn chunked_bodies_are_deframed_with_extensions_and_trailers() {
     let raw = b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n";
