@@ -69,7 +69,8 @@ pub fn bench(
         None => None,
         Some(path) => {
             let planned = Planned::read(path)?;
-            let device = planned.device(&planned.throughput_device()?)?;
+            let device_name = planned.throughput_device()?;
+            let device = planned.device(&device_name)?;
             let per_sequence = u64::from(planned.settings.context_per_sequence);
             let asked = u64::from(cfg.prompt_tokens) + u64::from(cfg.max_tokens);
             if asked > per_sequence {
@@ -87,17 +88,39 @@ pub fn bench(
                 shape: planned.shape(),
                 parallel: planned.settings.parallel,
             };
-            Some((planned, store, target))
+            Some((planned, store, target, device_name))
         }
     };
     let report = server::run(cfg, progress).map_err(bench_failure)?;
-    let Some((planned, store, target)) = target else {
+    let Some((planned, store, target, device_name)) = target else {
         return Ok(Benched {
             report,
             recorded: None,
         });
     };
-    let (rows, skipped) = server::measurements(&report, &target);
+    let (mut rows, mut skipped) = server::measurements(&report, &target);
+    // A rate the device could not reach for this model is a server's or a network's artefact: not recorded.
+    rows.retain(|m| {
+        if m.metric != "decode_tokens_per_s" {
+            return true;
+        }
+        let sequences = m.shape.sequences.map_or(1, u64::from);
+        match planned.plausible_rate(
+            sources,
+            &device_name,
+            crate::profile::Phase::Decode,
+            m.value,
+            sequences,
+        ) {
+            Ok(()) => true,
+            Err(why) => {
+                skipped.push(format!(
+                    "decode_tokens_per_s at concurrency {sequences}: {why}"
+                ));
+                false
+            }
+        }
+    });
     let mut new_run = planned.run("bench");
     new_run.settings = serde_json::json!({
         "url": report.url,

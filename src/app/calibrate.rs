@@ -52,8 +52,11 @@ pub type GpuBenchFactory<'a> = dyn FnMut(u32) -> Result<Box<dyn crate::calibrate
     + 'a;
 
 /// Measures this CPU with `bench` (the real loops, or a mock in tests), then each NVIDIA GPU the inventory lists
-/// through `gpu_bench`, and records every figure as it finishes in one `calibrate` run; the run is marked complete at the end, also when `stop` cut it short (what finished is
-/// kept), and stays `incomplete` (never used) if the process dies first.
+/// through `gpu_bench`, and records every figure as it finishes in one `calibrate` run; the run is marked complete at the end. A run
+/// `stop` cut short stays `incomplete`, as does one whose process died: its figures are kept for `measurements
+/// show` but no plan uses them (a partial calibration, newer than a whole one, would replace it with half the
+/// curves). A figure whose repetitions spread by more than `evidence::MAX_CPU_SPREAD` is recorded and said to be
+/// noisy; plans do not use it.
 pub fn calibrate(
     sources: &Sources,
     req: &CalibrateRequest,
@@ -219,9 +222,27 @@ pub fn calibrate(
             }
         }
     }
-    store
-        .finish_run(run, &now_rfc3339())
-        .map_err(store_failure)?;
+    if stopped {
+        notes.push(format!(
+            "run {} stays incomplete: no plan uses a calibration cut short (`measurements prune --incomplete` removes it)",
+            run.0
+        ));
+    } else {
+        store
+            .finish_run(run, &now_rfc3339())
+            .map_err(store_failure)?;
+    }
+    for f in figures
+        .iter()
+        .filter(|f| f.rows.len() > 1 && crate::evidence::noisy(f.min, f.max))
+    {
+        notes.push(format!(
+            "{}: its repetitions spread by {:.0} % (more than {:.0} %): recorded, but no plan uses it; calibrate again on an idle machine",
+            f.what,
+            (f.max - f.min) / f.max * 100.0,
+            crate::evidence::MAX_CPU_SPREAD * 100.0
+        ));
+    }
     let reads: Vec<(u32, f64)> = outcome
         .measured
         .iter()

@@ -38,6 +38,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     pub const NO_FIT: u8 = 3;
     pub const INVALID_INPUT: u8 = 4;
+    /// Stopped by Ctrl-C (SIGINT), the shell's 128 + 2: what finished is kept, marked incomplete.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 /// An error with its exit code and, when a fix is known, a hint.
@@ -121,6 +123,9 @@ pub struct Sources {
     pub profile_dirs: Vec<PathBuf>,
     /// The measurement database.
     pub db: Option<PathBuf>,
+    /// How many of `profile_dirs`, at the end, were given with `--profiles`: those must be directories, where
+    /// the default user directory may be absent ([`Sources::overlay_dirs`]).
+    given_profile_dirs: usize,
     /// What this command has loaded so far.
     loaded: Loaded,
 }
@@ -144,6 +149,7 @@ impl Sources {
             inventory,
             profile_dirs,
             db,
+            given_profile_dirs: 0,
             loaded: Loaded::default(),
         }
     }
@@ -165,6 +171,7 @@ impl Sources {
             crate::profile::user_dir(xdg.as_deref(), home.as_deref())
                 .into_iter()
                 .collect();
+        let given_profile_dirs = profiles.len();
         profile_dirs.extend(profiles);
         let db = db
             .or_else(|| {
@@ -178,7 +185,42 @@ impl Sources {
                     home.as_deref(),
                 )
             });
-        Sources::new(inventory, profile_dirs, db)
+        Sources {
+            given_profile_dirs,
+            ..Sources::new(inventory, profile_dirs, db)
+        }
+    }
+
+    /// The overlay directories in force, in order: the user directory when it exists, then every `--profiles`
+    /// directory. A `--profiles` path that is missing or is not a directory (a file, a typo) is a usage error
+    /// (exit 2) naming it and what it is: skipping it silently planned without the profiles asked for.
+    pub fn overlay_dirs(&self) -> Result<Vec<PathBuf>, Failure> {
+        let first_given = self
+            .profile_dirs
+            .len()
+            .saturating_sub(self.given_profile_dirs);
+        let mut dirs = Vec::with_capacity(self.profile_dirs.len());
+        for (i, d) in self.profile_dirs.iter().enumerate() {
+            let what = match std::fs::metadata(d) {
+                Ok(m) if m.is_dir() => {
+                    dirs.push(d.clone());
+                    continue;
+                }
+                _ if i < first_given => continue,
+                Ok(m) if m.is_file() => "a file, not a directory".to_string(),
+                Ok(m) => format!(
+                    "{}, not a directory",
+                    crate::input::describe_file_type(&m.file_type())
+                ),
+                Err(e) => e.to_string(),
+            };
+            return Err(Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("--profiles {}: {what}", d.display()),
+            )
+            .hint("--profiles takes a directory holding hardware/, workloads/ and rules/ profile files; `optimizer profiles validate FILE` checks a single file"));
+        }
+        Ok(dirs)
     }
 
     /// The inventory: the fixture file when one is set, else the live probe; read or probed once per
@@ -227,13 +269,30 @@ impl Sources {
     /// The measurement store, created on first use; for commands that need it. An invalid file exits 4, an
     /// unusable location (read-only, full, permission denied) exits 1.
     pub fn store(&self) -> Result<crate::store::Store, Failure> {
-        let path = self.db.clone().ok_or_else(|| {
+        let path = self.db_path()?.ok_or_else(|| {
             Failure::new(
                 exit::USAGE,
                 anyhow::anyhow!("no database path: set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME"),
             )
         })?;
-        crate::store::Store::open(&path).map_err(store_failure)
+        crate::store::Store::open(path).map_err(store_failure)
+    }
+
+    /// The database path in force; a name SQLite would not read as a file (`:memory:`, an empty name, a
+    /// `file:` URI) is a usage error (exit 2): the command would report measurements recorded that no later
+    /// command can find.
+    fn db_path(&self) -> Result<Option<&Path>, Failure> {
+        let Some(path) = self.db.as_deref() else {
+            return Ok(None);
+        };
+        match crate::store::not_a_file_name(path) {
+            None => Ok(Some(path)),
+            Some(why) => Err(Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!("--db/OPTIMIZER_DB {:?}: not a database file name: {why}", path),
+            )
+            .hint("give the path of a file (created on first use), e.g. --db ./measurements.db; for a file literally named so, prefix ./")),
+        }
     }
 
     /// What the store holds for these device profiles and this model, for a command that can plan without it
@@ -245,7 +304,7 @@ impl Sources {
         device_profiles: &[String],
         fingerprint: &str,
     ) -> Result<Evidence, Failure> {
-        let looked_up = match &self.db {
+        let looked_up = match self.db_path()? {
             None => {
                 Err("no database path (set --db, OPTIMIZER_DB, XDG_DATA_HOME or HOME)".to_string())
             }
@@ -274,7 +333,7 @@ impl Sources {
         if let Some(set) = self.loaded.profiles.get() {
             return Ok(set);
         }
-        let set = crate::profile::load(&self.profile_dirs).map_err(invalid_profiles)?;
+        let set = crate::profile::load(&self.overlay_dirs()?).map_err(invalid_profiles)?;
         Ok(self.loaded.profiles.get_or_init(|| set))
     }
 }
@@ -286,6 +345,10 @@ pub fn store_failure(e: crate::store::StoreError) -> Failure {
         Failure::new(exit::INVALID_INPUT, e).hint(format!(
             "it was not modified; move it aside (mv {path} {path}.bak) or point --db at another file"
         ))
+    } else if matches!(e, crate::store::StoreError::RunGone { .. }) {
+        Failure::new(exit::RUNTIME, e).hint(
+            "another process removed this run while it was recording (`measurements prune`); run the command again",
+        )
     } else {
         Failure::new(exit::RUNTIME, e).hint(format!(
             "the measurement database needs a writable directory with free space: check {path}, or point --db or OPTIMIZER_DB at a writable location"

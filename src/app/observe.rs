@@ -99,6 +99,68 @@ impl Planned {
         }
     }
 
+    /// Why `tokens_per_s` at `sequences` sequences on `device` (`cpu`, `cuda:0`) is not a rate the device could
+    /// reach for this model (see `optimizer_core::plausible`): the device's profile gives its peaks, the model file
+    /// (when it is still there and still the planned one) what a token costs; without it, the document's totals
+    /// at the sparsest expert share. `Ok` when the profile is not in force (nothing to bound by).
+    pub(super) fn plausible_rate(
+        &self,
+        sources: &Sources,
+        device: &str,
+        phase: crate::profile::Phase,
+        tokens_per_s: f64,
+        sequences: u64,
+    ) -> Result<(), String> {
+        use optimizer_core::plausible;
+        let d = &self.doc;
+        let (profile, cores) = if device == "cpu" {
+            (
+                d.hardware.cpu.profile.as_str(),
+                d.hardware.cpu.physical_cores,
+            )
+        } else {
+            match d.hardware.gpus.iter().find(|g| g.device == device) {
+                Some(g) => (g.profile.as_str(), 0),
+                None => return Ok(()),
+            }
+        };
+        let peaks = match sources
+            .profiles()
+            .ok()
+            .and_then(|set| set.hardware(profile))
+        {
+            Some(e) => plausible::profile_peaks(&e.value, cores),
+            None => plausible::Peaks::default(),
+        };
+        let work = crate::model::load(Path::new(&d.model.path))
+            .ok()
+            .filter(|m| m.fingerprint == d.model.fingerprint)
+            .map_or_else(
+                || {
+                    plausible::Work::of_totals(
+                        d.model.tensor_bytes,
+                        d.model.parameter_count,
+                        plausible::MIN_ACTIVE_SHARE,
+                    )
+                },
+                |m| plausible::Work::of_model(&m),
+            );
+        plausible::check_tokens_per_s(tokens_per_s, phase, peaks, work, sequences)
+    }
+
+    /// Memory of `device` as the document records it (the machine's RAM for `cpu`).
+    pub(super) fn device_memory(&self, device: &str) -> u64 {
+        let d = &self.doc;
+        if device == "cpu" {
+            return d.hardware.memory_total_bytes;
+        }
+        d.hardware
+            .gpus
+            .iter()
+            .find(|g| g.device == device)
+            .map_or(0, |g| g.memory_total_bytes)
+    }
+
     pub(super) fn model(&self) -> crate::store::ModelIdentity {
         crate::store::ModelIdentity {
             fingerprint: self.doc.model.fingerprint.clone(),
@@ -157,12 +219,18 @@ pub fn observe(
             if !(x.is_finite() && *x > 0.0) {
                 return Err(planned.usage(format!("--tokens-per-s {x}: a positive number")));
             }
-            (
-                planned.throughput_device()?,
-                "decode_tokens_per_s",
-                *x,
-                serde_json::json!({}),
-            )
+            let device = planned.throughput_device()?;
+            let sequences = u64::from(planned.settings.parallel.max(1));
+            planned
+                .plausible_rate(sources, &device, crate::profile::Phase::Decode, *x, sequences)
+                .map_err(|why| {
+                    Failure::new(
+                        exit::INVALID_INPUT,
+                        anyhow::anyhow!("--tokens-per-s: {why}; not recorded"),
+                    )
+                    .hint("give the decode rate over all sequences, in tokens per second, as the engine reported it")
+                })?;
+            (device, "decode_tokens_per_s", *x, serde_json::json!({}))
         }
         Observation::PeakMemory { device, .. } | Observation::OutOfMemory { device }
             if !d.memory.devices.iter().any(|m| &m.device == device) =>
@@ -178,6 +246,14 @@ pub fn observe(
             )));
         }
         Observation::PeakMemory { device, bytes } => {
+            optimizer_core::plausible::check_peak_bytes(*bytes, planned.device_memory(device))
+                .map_err(|why| {
+                    Failure::new(
+                        exit::INVALID_INPUT,
+                        anyhow::anyhow!("--peak-memory-bytes on {device}: {why}; not recorded"),
+                    )
+                    .hint("give the most memory the engine took on that device, in bytes")
+                })?;
             let m = d.memory.devices.iter().find(|m| &m.device == device);
             let estimated = m.map_or(0, |m| m.total_bytes);
             (

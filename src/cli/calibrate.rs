@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use super::calibrate_runner::{Runner, RunnerArgs};
-use super::{Common, Failure, OutputFormat, render, write_stdout};
+use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::app::{CalibrateRequest, Calibrated};
 use crate::calibrate::cpu::{Machine, STOP};
 
@@ -154,7 +154,9 @@ fn table(c: &Calibrated) -> String {
         t.push_str(&format!("failed: {f}\n"));
     }
     if c.stopped {
-        t.push_str("stopped by Ctrl-C: the figures above are recorded; the rest did not run\n");
+        t.push_str(
+            "stopped by Ctrl-C: the figures above are recorded in an incomplete run, which no plan uses; the rest did not run\n",
+        );
     }
     t
 }
@@ -197,5 +199,15 @@ fn micro(common: &Common, req: &CalibrateRequest, format: OutputFormat) -> Resul
         OutputFormat::Table => table(&done),
         f => render(&done, f)?,
     };
-    write_stdout(&text)
+    write_stdout(&text)?;
+    if done.stopped {
+        return Err(Failure::new(
+            exit::INTERRUPTED,
+            anyhow::anyhow!(
+                "interrupted: calibrate run {} stays incomplete and no plan uses it",
+                done.run
+            ),
+        ));
+    }
+    Ok(())
 }

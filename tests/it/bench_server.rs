@@ -48,6 +48,8 @@ enum Behavior {
     NotStreamed,
     /// Streams `max_tokens` tokens one every `ITL`, then claims `claim` completion tokens in its usage.
     Inflated { claim: u64 },
+    /// Streams `events` tokens at once, whatever `max_tokens` asked for (issue 24: 200,001 events for 4 tokens).
+    Flood { events: u64 },
 }
 
 /// A running responder and the request bodies it received.
@@ -231,6 +233,14 @@ fn handle(conn: TcpStream, behavior: Behavior, seen: &Mutex<Vec<Value>>) -> std:
                     r#"{{"choices":[{{"index":0,"text":"","finish_reason":"length"}}],"usage":{{"completion_tokens":{claim},"prompt_tokens":{prompt_tokens}}}}}"#
                 ),
             )?;
+            chunk(&mut w, "[DONE]")?;
+            w.write_all(b"0\r\n\r\n")?;
+        }
+        Behavior::Flood { events } => {
+            w.write_all(sse_head.as_bytes())?;
+            for i in 0..events {
+                chunk(&mut w, &token(i))?;
+            }
             chunk(&mut w, "[DONE]")?;
             w.write_all(b"0\r\n\r\n")?;
         }
@@ -888,4 +898,84 @@ fn a_usage_count_above_the_tokens_requested_is_not_trusted() {
             );
         }
     }
+}
+
+#[test]
+fn a_stream_of_more_events_than_max_tokens_is_not_a_measurement() {
+    let fake = start(Behavior::Flood { events: 200_001 });
+    let started = Instant::now();
+    let e = server::run(&config(&fake, &[1]), &|_| {}).unwrap_err();
+    assert!(matches!(e, BenchError::Malformed { .. }), "{e}");
+    assert!(e.to_string().contains("more tokens than asked for"), "{e}");
+    // It stops at the first event past --max-tokens rather than reading the flood to its end.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_bench_rate_the_device_could_not_reach_is_not_recorded() {
+    use optimizer_testkit::gguf_builder::LlamaShape;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("b.db");
+    let dep = dir.path().join("deploy.json");
+    // A 70B model on a CPU server: its bandwidth roofline is a few tokens per second per sequence, so a responder
+    // streaming a token every millisecond is not that deployment (issue 24: 512,845 tok/s recorded and used).
+    let (model, _) = common::synth(dir.path(), "m70.gguf", LlamaShape::LLAMA3_70B);
+    let (o, _) = run_cli(
+        &db,
+        &[
+            "--inventory",
+            fixture("inventories/cpu-server.yaml").to_str().unwrap(),
+            "resolve",
+            "-w",
+            "chat",
+            "--format",
+            "json",
+            "-m",
+            model.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&o, 0);
+    std::fs::write(&dep, &o.stdout).unwrap();
+    let fake = start(Behavior::Stream {
+        ttft: Duration::ZERO,
+        itl: Duration::from_millis(1),
+        usage: true,
+        length: false,
+    });
+    let (o, _) = run_cli(
+        &db,
+        &[
+            "bench",
+            "--url",
+            &fake.url(),
+            "--deployment",
+            dep.to_str().unwrap(),
+            "--token-ids",
+            "--concurrency",
+            "1",
+            "--requests",
+            "2",
+            "--max-tokens",
+            "8",
+            "--format",
+            "json",
+        ],
+    );
+    assert_exit(&o, 0);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("decode_tokens_per_s at concurrency 1")
+            && err.contains("above what the device can do"),
+        "{err}"
+    );
+    let (o, _) = run_cli(&db, &["measurements", "list", "--format", "json"]);
+    let listed: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        listed.iter().all(|r| r["metric"] != "decode_tokens_per_s"),
+        "{listed:?}"
+    );
 }

@@ -290,11 +290,11 @@ fn wait_for_rows(db: &Path, rows: i64) {
     panic!("no {rows} measurements in {} after a minute", db.display());
 }
 
-/// Ctrl-C finishes the step under way, keeps what finished (a complete run with those rows) and exits 0 saying
-/// it stopped.
+/// Ctrl-C finishes the step under way, keeps what finished in a run left incomplete (issue 24: a partial run marked
+/// complete replaced a whole calibration with half its curves) and exits 130 saying it stopped.
 #[cfg(unix)]
 #[test]
-fn ctrl_c_keeps_what_finished() {
+fn ctrl_c_keeps_what_finished_in_an_incomplete_run_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("i.db");
     let child = calibrate_cmd(&db)
@@ -306,11 +306,20 @@ fn ctrl_c_keeps_what_finished() {
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     let out = child.wait_with_output().unwrap();
-    assert_exit(&out, 0);
+    assert_exit(&out, 130);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("stopped by Ctrl-C"), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("stays incomplete"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         count(&db, "SELECT count(*) FROM run WHERE status = 'complete'"),
+        0
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM run WHERE status = 'incomplete'"),
         1
     );
     let rows = count(&db, "SELECT count(*) FROM measurement");

@@ -1,5 +1,5 @@
 //! `optimizer observe`: what a deployment really did corrects the next plan for its device and model. An
-//! out-of-memory on the GPU widens that GPU's reserve by what the memory model missed, so the next plan puts
+//! out-of-memory on the GPU widens that GPU's reserve by a step of the estimate, so the next plan puts
 //! fewer layers there (provenance `measured`, citing the row); a decode rate observed for the same configuration
 //! becomes the plan's figure (basis `measured`).
 
@@ -60,10 +60,11 @@ fn an_out_of_memory_shrinks_the_next_plan_and_an_observed_rate_becomes_its_figur
     assert_exit(&o, 0);
     let after = resolve(&db, &model, None);
     let (b, a) = (gpu(&before), gpu(&after));
-    // The engine needed more than the GPU's free memory: at least capacity + 1 - estimate more is kept free.
+    // The engine needed more than the GPU had free, by an amount an out-of-memory does not tell: one step of the
+    // estimate is kept free (issue 24: not the whole headroom for good).
     assert_eq!(
         a.reserve_bytes - b.reserve_bytes,
-        b.capacity_bytes + 1 - b.total_bytes
+        (b.total_bytes as f64 * optimizer::evidence::OOM_STEP_SHARE) as u64
     );
     assert!(
         a.total_bytes < b.total_bytes,

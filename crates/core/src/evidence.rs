@@ -67,15 +67,29 @@ pub struct PeakMemory {
     pub estimated_bytes: Option<u64>,
     /// The measurement's conditions as recorded (JSON).
     pub context: String,
+    /// An out-of-memory (`observe --oom`): the engine needed more than the device had free, by an amount the
+    /// observation does not tell; `bytes` is then the device's capacity plus one, a lower bound.
+    pub oom: bool,
 }
 
 impl PeakMemory {
-    /// Bytes the engine used beyond the estimate (0 when the estimate held or none was recorded).
+    /// Bytes the engine used beyond the estimate (0 when the estimate held or none was recorded, and for an
+    /// out-of-memory, which says only that more was needed: see [`OOM_STEP_SHARE`]).
     pub fn excess(&self) -> u64 {
+        if self.oom {
+            return 0;
+        }
         self.estimated_bytes
             .map_or(0, |e| self.bytes.saturating_sub(e))
     }
 }
+
+/// What one out-of-memory adds to a device's reserve, as a share of the estimate it happened at: an OOM says the
+/// engine needed more than was free, not how much more (another process may have taken the room), so each one
+/// widens the reserve by a step the size of the memory model's error where it is not exact (under a tenth), and
+/// a peak measured later replaces them. Trade-off: a real shortfall larger than a step takes several OOMs (or
+/// one `observe --peak-memory`) to learn, rather than one OOM taking the whole headroom for good.
+pub const OOM_STEP_SHARE: f64 = 0.10;
 
 /// The run tool of `optimizer calibrate` with optimised kernels: the only runs whose CPU figures describe the CPU
 /// (`calibrate::cpu::DEBUG_BUILD_TOOL` marks the others).
@@ -98,6 +112,17 @@ pub struct CpuFigure {
     pub value: f64,
     /// The instruction set the kernels ran with, when the row says.
     pub isa: Option<String>,
+}
+
+/// Largest spread (worst over best, below 1) the repetitions of one CPU figure may have for a plan to use it:
+/// beyond it the machine was busy while it measured, and which repetition is the CPU's is anyone's guess.
+/// Trade-off: a figure half as fast as its best repetition on a shared machine is refused, and the CPU keeps its
+/// rule efficiencies until a quieter calibration, rather than a plan trusting either repetition.
+pub const MAX_CPU_SPREAD: f64 = 0.5;
+
+/// Whether repetitions from `min` to `max` spread more than [`MAX_CPU_SPREAD`].
+pub fn noisy(min: f64, max: f64) -> bool {
+    max > 0.0 && (max - min) / max > MAX_CPU_SPREAD
 }
 
 /// One calibration of a CPU as curves over the thread count: what `perf` predicts a calibrated CPU with.
@@ -137,7 +162,16 @@ impl CpuCalibration {
             run,
             ..CpuCalibration::default()
         };
-        for f in mine().filter(|f| f.run == run) {
+        // The repetitions of one figure (metric, threads) that spread too far are left out together.
+        let spread = |f: &CpuFigure| {
+            let same =
+                mine().filter(|g| g.run == run && g.metric == f.metric && g.threads == f.threads);
+            let (lo, hi) = same.fold((f64::INFINITY, 0.0f64), |(lo, hi), g| {
+                (lo.min(g.value), hi.max(g.value))
+            });
+            noisy(lo, hi)
+        };
+        for f in mine().filter(|f| f.run == run && !spread(f)) {
             c.rows.push(f.row);
             if c.isa.is_none() {
                 c.isa.clone_from(&f.isa);

@@ -342,7 +342,7 @@ fn cpu_class<'a>(inv: &Inventory, set: &'a ProfileSet) -> Option<&'a HardwarePro
 }
 
 /// Prefill peak: dense FP16 tensor throughput, or the shader rate on GPUs without tensor cores.
-fn prefill_peak(p: &HardwareProfile) -> f64 {
+pub(crate) fn prefill_peak(p: &HardwareProfile) -> f64 {
     p.tensor_tflops
         .as_ref()
         .and_then(|t| t.fp16_fp32acc)
@@ -526,25 +526,55 @@ impl Fleet {
         };
         // Observed peaks above the memory model's estimate for this model on a device class: keep the largest
         // excess free on every device of that class, so the next plan leaves the room the engine really took.
-        let margin = |profile: &str| {
-            evidence
-                .peak_memory
-                .iter()
-                .filter(|m| {
-                    m.device_profile == profile && m.runtime == self.runtime && m.excess() > 0
-                })
-                .max_by_key(|m| m.excess())
-        };
-        let widen =
-            |reserve: &mut u64, rules: &mut Vec<String>, m: &crate::evidence::PeakMemory| {
-                *reserve = reserve.saturating_add(m.excess());
-                rules.push(format!(
-                    "store row {}: observed {} bytes, {} over the estimate",
-                    m.row,
-                    m.bytes,
-                    m.excess()
-                ));
+        // Out-of-memories newer than the newest measured peak each add a step (`OOM_STEP_SHARE` of the estimate
+        // they happened at): an OOM says more was needed, not how much.
+        let runtime = self.runtime;
+        let margin = |profile: &str| -> Option<(u64, String)> {
+            let mine = || {
+                evidence
+                    .peak_memory
+                    .iter()
+                    .filter(move |m| m.device_profile == profile && m.runtime == runtime)
             };
+            let newest_peak = mine().filter(|m| !m.oom).map(|m| m.row).max();
+            let peak = mine()
+                .filter(|m| !m.oom && m.excess() > 0)
+                .max_by_key(|m| m.excess())
+                .map(|m| {
+                    (
+                        m.excess(),
+                        format!(
+                            "store row {}: observed {} bytes, {} over the estimate",
+                            m.row,
+                            m.bytes,
+                            m.excess()
+                        ),
+                    )
+                });
+            let ooms: Vec<&crate::evidence::PeakMemory> = mine()
+                .filter(|m| m.oom && newest_peak.is_none_or(|p| m.row > p))
+                .collect();
+            let estimate = ooms.iter().filter_map(|m| m.estimated_bytes).max();
+            let oom = estimate.filter(|_| !ooms.is_empty()).map(|e| {
+                let step = (e as f64 * crate::evidence::OOM_STEP_SHARE) as u64;
+                let rows: Vec<String> = ooms.iter().map(|m| m.row.to_string()).collect();
+                (
+                    step.saturating_mul(ooms.len() as u64),
+                    format!(
+                        "store row{} {}: {} out-of-memory observation(s) at an estimate of {e} bytes, {:.0} % of it each",
+                        if rows.len() == 1 { "" } else { "s" },
+                        rows.join(", "),
+                        ooms.len(),
+                        crate::evidence::OOM_STEP_SHARE * 100.0
+                    ),
+                )
+            });
+            [peak, oom].into_iter().flatten().max_by_key(|(b, _)| *b)
+        };
+        let widen = |reserve: &mut u64, rules: &mut Vec<String>, (extra, why): (u64, String)| {
+            *reserve = reserve.saturating_add(extra);
+            rules.push(why);
+        };
         for g in &mut self.gpus {
             if let Some(m) = margin(&g.profile) {
                 widen(&mut g.reserve_bytes, &mut g.reserve_rules, m);

@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod hardware;
 pub mod perf;
 pub mod plan;
+pub mod plausible;
 pub mod profile;
 pub mod runtime;
 pub mod schema;

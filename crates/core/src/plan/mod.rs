@@ -95,6 +95,14 @@ pub fn resolve_fleet(inp: &Inputs, mut fleet: Fleet) -> Result<Deployment, PlanE
             inp.inventory.gpus.len()
         )));
     }
+    // Figures no device of this fleet could produce for this model are set aside, with a warning each.
+    let screened = crate::plausible::screen(inp.evidence, &fleet, inp.model);
+    fleet.warnings.extend(screened.warnings);
+    let evidence = screened.evidence;
+    let inp = &Inputs {
+        evidence: &evidence,
+        ..*inp
+    };
     fleet.apply(inp.evidence);
     let req = Request {
         model: inp.model,

@@ -303,6 +303,17 @@ fn one(
             }
             s.last_token = at;
             s.chunks += 1;
+            // Each text event carries at least one token, and `max_tokens` caps what the server may generate:
+            // more events than that is not a generation of this request (stop reading, count nothing).
+            if s.chunks > u64::from(cfg.max_tokens) {
+                return Err(BenchError::Malformed {
+                    url,
+                    why: format!(
+                        "{} text events for --max-tokens {}: the server streamed more tokens than asked for",
+                        s.chunks, cfg.max_tokens
+                    ),
+                });
+            }
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             s.usage_completion_tokens = u
