@@ -33,7 +33,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, OPTIMIZER_DUMP_MANIFESTS=tmp)
         subprocess.run(
-            ["cargo", "test", "--locked", "--test", "kubernetes_manifests", "every_manifest"],
+            ["cargo", "test", "--locked", "--test", "it", "kubernetes_manifests::every_manifest"],
             cwd=ROOT,
             env=env,
             check=True,

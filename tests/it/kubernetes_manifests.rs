@@ -10,7 +10,7 @@
 //!   the model under the volume mount, no host device pinning inside the container, and requests equal to
 //!   what the plan needs (host bytes of the plan's host device, CPU threads, GPUs).
 //!
-//! `OPTIMIZER_DUMP_MANIFESTS=DIR cargo test --test kubernetes_manifests` writes every manifest to DIR for
+//! `OPTIMIZER_DUMP_MANIFESTS=DIR cargo test --test it kubernetes_manifests::` writes every manifest to DIR for
 //! the validator.
 
 use crate::common;

@@ -1,6 +1,15 @@
 //! Search and fit over a runtime's candidate space: each ladder is bisected for its first rung whose
 //! accelerators hold it, each point's size knob is bisected for the largest value that fits, and follow-up
-//! points (the roofline knee) are fitted too. Then [`choose`] picks the winner.
+//! points (the roofline knee) are fitted too. Where the runtime lets the search choose the sequences
+//! ([`Runtime::with_sequences`]: a throughput workload), every rung from the first that holds one sequence
+//! serves the most that fit, up to the workload's count. Then [`choose`] picks the winner.
+//!
+//! Trade-off: sequences are fitted at the size knob's floor and the size after them, since a throughput score
+//! gains from more sequences and not from a longer context; on ladders whose rungs only slow down, the walk over
+//! rungs stops where a lower rung cannot win (the ceiling served, the knee passed, the best score out of reach),
+//! so a plan costs a few evaluations per rung walked rather than one per rung and sequence count.
+
+use std::collections::HashMap;
 
 use crate::emit::Source;
 use crate::runtime::{Candidate, Eval, PlanError, Runtime, Size};
@@ -125,12 +134,128 @@ pub fn search<R: Runtime>(
         out.insert(0, fit(&ladder[lo], Some(first))?);
         Ok(out)
     };
+    // The best score found per variant so far: a rung that cannot come within TIE of it even at its ceiling is
+    // never chosen (per variant, since `choose` may keep the preferred variant over a faster one).
+    let mut best: HashMap<String, f64> = HashMap::new();
+    // Concurrency as a free variable: from the first rung whose accelerators hold one sequence, each rung serves
+    // the most sequences that fit under the ladder's own count (memory is monotone in sequences: galloped from
+    // the previous rung's count, then bisected). `None`: the count is fixed, or nothing fits at one sequence
+    // (the climb at the ceiling then finds the nearest candidate for the suggestions).
+    let walk = |ladder: &[R::Point],
+                best: &mut HashMap<String, f64>|
+     -> Result<Option<Vec<Candidate<R::Point>>>, PlanError> {
+        if rt.with_sequences(&ladder[0], 1).is_none() {
+            return Ok(None);
+        }
+        let at = |rung: &R::Point, n: u32| {
+            let p = rt.with_sequences(rung, n).unwrap_or_else(|| rung.clone());
+            eval(&p, floor)
+        };
+        let (mut lo, mut hi) = (0usize, ladder.len() - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if at(&ladder[mid], 1)?.eval.ladder_overflow == 0 {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        if !at(&ladder[lo], 1)?.fits() {
+            return Ok(None);
+        }
+        let slows = rt.rungs_slow_down();
+        let key = rt.variant(&ladder[0]);
+        let mut found: Vec<Candidate<R::Point>> = Vec::new();
+        let mut prev = 1u32;
+        for rung in &ladder[lo..] {
+            let ceiling = rt.sequences(rung).max(1);
+            let top = at(rung, ceiling)?;
+            if top.fits() {
+                // Rungs below serve no more sequences and are slower (or, for vLLM, were never planned past the
+                // first size that holds the workload).
+                best.entry(key.clone())
+                    .and_modify(|b| *b = b.min(top.score))
+                    .or_insert(top.score);
+                found.push(top);
+                break;
+            }
+            let bound = best.get(&key).copied().unwrap_or(f64::INFINITY);
+            if slows && !top.eval.memory.is_empty() && top.score > bound + TIE * bound.abs() {
+                break;
+            }
+            let start = prev.min(ceiling - 1).max(1);
+            let base = at(rung, start)?;
+            let (n, c) = if base.fits() {
+                let (mut ok, mut ok_c, mut bad, mut step) = (start, base, ceiling, 1u32);
+                while ok.saturating_add(step) < bad {
+                    let c = at(rung, ok + step)?;
+                    if c.fits() {
+                        (ok, ok_c) = (ok + step, c);
+                        step = step.saturating_mul(2);
+                    } else {
+                        bad = ok + step;
+                    }
+                }
+                while bad - ok > 1 {
+                    let mid = ok + (bad - ok) / 2;
+                    let c = at(rung, mid)?;
+                    if c.fits() {
+                        (ok, ok_c) = (mid, c);
+                    } else {
+                        bad = mid;
+                    }
+                }
+                (ok, ok_c)
+            } else {
+                // Fewer than the rung before: the host binds, and it only takes more further down.
+                let (mut ok, mut ok_c, mut bad) = (0u32, None, start);
+                while bad - ok > 1 {
+                    let mid = ok + (bad - ok) / 2;
+                    let c = at(rung, mid)?;
+                    if c.fits() {
+                        (ok, ok_c) = (mid, Some(c));
+                    } else {
+                        bad = mid;
+                    }
+                }
+                match ok_c {
+                    Some(c) if !slows => (ok, c),
+                    _ if slows => break,
+                    _ => continue,
+                }
+            };
+            if n > prev || found.is_empty() || !slows {
+                best.entry(key.clone())
+                    .and_modify(|b| *b = b.min(c.score))
+                    .or_insert(c.score);
+                found.push(c.clone());
+            }
+            // Past the knee more sequences add memory, not tokens per second, and lower rungs are slower.
+            if slows && f64::from(n) >= c.eval.knee {
+                break;
+            }
+            prev = prev.max(n);
+        }
+        // The best first: the follow-ups read the knee there.
+        if let Some(i) = (0..found.len()).min_by(|&a, &b| found[a].score.total_cmp(&found[b].score))
+        {
+            found[..=i].rotate_right(1);
+        }
+        found
+            .into_iter()
+            .map(|c| fit(&c.point.clone(), Some(c)))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    };
     let mut out = Vec::new();
     for ladder in rt.ladders() {
         if ladder.is_empty() {
             continue;
         }
-        let mut found = climb(&ladder)?;
+        let mut found = match walk(&ladder, &mut best)? {
+            Some(found) if !found.is_empty() => found,
+            _ => climb(&ladder)?,
+        };
         let mut current = ladder.clone();
         // Follow-ups until the runtime has none (each strictly smaller), at most FOLLOW_UPS deep.
         for _ in 0..FOLLOW_UPS {

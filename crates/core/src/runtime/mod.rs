@@ -39,6 +39,9 @@ pub struct Overrides {
     pub tensor_parallel: Option<u32>,
     /// The container image of the Kubernetes manifests (`--image`); `None`: the engine's official image.
     pub image: Option<String>,
+    /// `--allow-long-context`: a context per sequence past the model's trained length is planned (with the
+    /// engine's flag for it) instead of refused.
+    pub allow_long_context: bool,
 }
 
 /// Inputs the planner cannot work with.
@@ -107,18 +110,29 @@ pub(crate) fn sequences(w: &WorkloadProfile, ov: &Overrides, zero: &str) -> Resu
 
 /// The size knob of a serving runtime, the tokens per sequence: pinned by `-c`, else the workload's context
 /// policy capped by the model's trained context, in steps of `step` when the largest that fits is searched.
+/// With `--allow-long-context` the preset's own context (a fixed size, a largest-fit floor) is not capped, so a
+/// long-context preset on a short-context model is planned at its length with the engine's flag for it.
 pub(crate) fn context_size(ov: &Overrides, w: &WorkloadProfile, trained: u32, step: u32) -> Size {
+    let cap = |tokens: u64| {
+        let cap = if ov.allow_long_context {
+            u64::from(u32::MAX)
+        } else {
+            u64::from(trained)
+        };
+        tokens.min(cap) as u32
+    };
     match (ov.context_length, &w.context) {
         (Some(c), _) => Size::Fixed(c),
-        (None, ContextPolicy::Fixed { tokens }) => {
-            Size::Fixed((*tokens).min(u64::from(trained)) as u32)
-        }
+        (None, ContextPolicy::Fixed { tokens }) => Size::Fixed(cap(*tokens)),
         (None, ContextPolicy::ModelMax) => Size::Fixed(trained),
-        (None, ContextPolicy::LargestFit { floor }) => Size::LargestFit {
-            floor: (*floor).min(u64::from(trained)) as u32,
-            max: trained,
-            step,
-        },
+        (None, ContextPolicy::LargestFit { floor }) => {
+            let floor = cap(*floor);
+            Size::LargestFit {
+                floor,
+                max: trained.max(floor),
+                step,
+            }
+        }
     }
 }
 
@@ -298,6 +312,20 @@ pub trait Runtime {
     fn measured_here(&self, p: &Self::Point, t: &crate::evidence::ThroughputPoint) -> bool;
     /// Sequences served together at this point.
     fn sequences(&self, p: &Self::Point) -> u32;
+    /// The point serving `n` sequences instead, where the search chooses the count (a throughput workload
+    /// without a pinned `--parallel`): a ladder's own count is then the ceiling, and each rung serves the most
+    /// sequences that fit under it. `None` (the default): the count is the point's, fixed.
+    fn with_sequences(&self, _p: &Self::Point, _n: u32) -> Option<Self::Point> {
+        None
+    }
+    /// Whether a rung is never faster than the rungs before it at the same sequences (llama.cpp's ladders move
+    /// layers to slower devices): a search over sequences then stops a ladder at the first rung that serves its
+    /// ceiling, is past its roofline knee, or cannot reach the best score even at the ceiling. `false` (vLLM's
+    /// tensor-parallel sizes, where a larger group serves more sequences per replica): every rung up to the first
+    /// that serves the ceiling is fitted.
+    fn rungs_slow_down(&self) -> bool {
+        true
+    }
     /// The variant the workload prefers.
     fn preferred_variant(&self) -> String;
     /// The document key the variant decision's provenance is filed under.

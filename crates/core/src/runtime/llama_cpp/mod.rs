@@ -8,6 +8,7 @@
 //! model are fitted: a layer split runs its devices one after another, so more identical GPUs never decode
 //! faster, and fitting them only priced alternatives that lose on memory (the document no longer lists them).
 
+mod arch;
 mod describe;
 pub mod launch;
 pub mod quantize;
@@ -198,6 +199,7 @@ impl<'a> LlamaCpp<'a> {
                 format!("{:?}", model.format).to_lowercase()
             )));
         }
+        arch::admit(model)?;
         let n_layer = model
             .hparams
             .block_count
@@ -729,6 +731,15 @@ impl Runtime for LlamaCpp<'_> {
 
     fn sequences(&self, p: &Point) -> u32 {
         p.parallel
+    }
+
+    fn with_sequences(&self, p: &Point, n: u32) -> Option<Point> {
+        (self.req.objective == Objective::Throughput && self.req.overrides.parallel.is_none()).then(
+            || Point {
+                parallel: n,
+                ..p.clone()
+            },
+        )
     }
 
     fn preferred_variant(&self) -> String {

@@ -150,6 +150,19 @@ impl Runtime for Vllm<'_> {
         p.max_num_seqs
     }
 
+    fn with_sequences(&self, p: &Point, n: u32) -> Option<Point> {
+        (self.req.objective == crate::profile::Objective::Throughput
+            && self.req.overrides.parallel.is_none())
+        .then(|| Point {
+            max_num_seqs: n,
+            ..p.clone()
+        })
+    }
+
+    fn rungs_slow_down(&self) -> bool {
+        false
+    }
+
     fn preferred_variant(&self) -> String {
         match self.kv_types[0].0 {
             KvCacheDtype::Auto => "auto".into(),
