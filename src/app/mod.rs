@@ -38,6 +38,11 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     pub const NO_FIT: u8 = 3;
     pub const INVALID_INPUT: u8 = 4;
+    /// `resolve`: the plan fits and is written, but no candidate meets the workload's SLA (`status: sla-missed`).
+    pub const SLA_MISSED: u8 = 5;
+    /// `resolve`: the plan fits and is written, but the workload's request is longer than the context the
+    /// model allows (`status: workload-unmet`).
+    pub const WORKLOAD_UNMET: u8 = 6;
     /// Stopped by Ctrl-C (SIGINT), the shell's 128 + 2: what finished is kept, marked incomplete.
     pub const INTERRUPTED: u8 = 130;
 }

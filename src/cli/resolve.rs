@@ -1,7 +1,8 @@
 //! `optimizer resolve`: the main job. Reads the model, the machine (probe, inventory or a profile), the profiles
 //! and the workload preset, plans, and writes the deployment document (YAML by default) to stdout or, atomically,
 //! to `-o FILE` (or a bundle, `-o DIR/`: `bundle.rs`). Exit code 3 when nothing fits; the document then explains
-//! the nearest candidate, on stdout, and no `-o` target is written.
+//! the nearest candidate, on stdout, and no `-o` target is written. Exit codes 5 (`sla-missed`) and 6
+//! (`workload-unmet`) mark a plan that runs but does not do all the workload asks: it is written as usual.
 
 use crate::units::gib;
 use std::io::Write as _;
@@ -54,6 +55,11 @@ pub(super) struct RawResolve {
     /// llama-server `-c` is this times the sequences. Everything else is re-optimised around it.
     #[arg(short = 'c', long = "ctx-size")]
     ctx_size: Option<u32>,
+    /// Plan a context per sequence past the model's trained length (-c, or a preset's own length) instead of
+    /// refusing it: llama-server gets --rope-scaling yarn --rope-scale N --yarn-orig-ctx N_TRAIN, vllm serve
+    /// VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and the document a warning with the quality cost.
+    #[arg(long = "allow-long-context")]
+    allow_long_context: bool,
     /// Pin the GPU layers (-ngl).
     #[arg(long = "n-gpu-layers")]
     n_gpu_layers: Option<u32>,
@@ -140,6 +146,7 @@ pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 }),
                 tensor_parallel: raw.tensor_parallel,
                 image: raw.image,
+                allow_long_context: raw.allow_long_context,
             },
             stable,
         },
@@ -215,7 +222,7 @@ fn explanation(d: &Deployment) -> Explanation {
         .map(|x| x.device.as_str())
         .collect::<Vec<_>>()
         .join("+");
-    let verb = if d.status == Status::Fits {
+    let verb = if d.status.runnable() {
         "Chose"
     } else {
         "Nothing fits; nearest"
@@ -492,8 +499,21 @@ fn table(d: &Deployment) -> String {
         o,
         "Status:   {}",
         match d.status {
-            Status::Fits => "fits",
-            Status::NoFit => "NOTHING FITS (exit code 3); below is the nearest candidate",
+            Status::Fits => "fits".to_string(),
+            Status::NoFit =>
+                "NOTHING FITS (exit code 3); below is the nearest candidate".to_string(),
+            Status::SlaMissed => format!(
+                "fits, but SLA MISSED (exit code {}): no candidate meets the workload's targets",
+                exit::SLA_MISSED
+            ),
+            Status::WorkloadUnmet => format!(
+                "fits, but WORKLOAD UNMET (exit code {}): {}",
+                exit::WORKLOAD_UNMET,
+                d.workload.unmet.as_ref().map_or(String::new(), |u| format!(
+                    "the request is {} tokens longer than the {} a sequence holds",
+                    u.over_by_tokens, u.context_tokens
+                ))
+            ),
         }
     );
     let _ = writeln!(
@@ -619,6 +639,8 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         };
         return Err(Failure::new(exit::NO_FIT, error));
     }
+    // A plan that misses the SLA or shortens the request still runs as written, so it is written like one that
+    // fits; the exit code tells an orchestrator what it does not do.
     match &s.output {
         Some(p) if super::bundle::is_bundle(p) => {
             super::bundle::write_bundle(p, &doc, &text, s.format)?;
@@ -626,7 +648,43 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         Some(p) => super::output::write_file(p, &text)?,
         None => write_stdout(&text)?,
     }
-    Ok(())
+    match doc.status {
+        Status::Fits | Status::NoFit => Ok(()),
+        Status::SlaMissed => Err(Failure::new(
+            exit::SLA_MISSED,
+            anyhow::anyhow!(
+                "the plan fits but no candidate meets workload {}'s SLA ({}); the plan was written (status: sla-missed)",
+                doc.workload.preset,
+                doc.performance
+                    .sla
+                    .iter()
+                    .filter(|c| c.status == crate::emit::SlaStatus::Missed)
+                    .map(|c| format!(
+                        "{} {:.1} ms predicted against {:.1} ms",
+                        c.target.replace('_', " "),
+                        c.predicted_ms,
+                        c.target_ms
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+        Status::WorkloadUnmet => Err(Failure::new(
+            exit::WORKLOAD_UNMET,
+            anyhow::anyhow!(
+                "workload {} cannot be met: {}; the plan for the longest request that fits was written (status: workload-unmet)",
+                doc.workload.preset,
+                doc.workload.unmet.as_ref().map_or(String::new(), |u| format!(
+                    "its {}-token prompt and {} generated tokens are {} tokens more than the {} a sequence holds",
+                    u.requested_prompt_tokens,
+                    u.requested_generation_tokens,
+                    u.over_by_tokens,
+                    u.context_tokens
+                ))
+            ),
+        )
+        .hint("--allow-long-context plans the preset's own length with the engine's long-context setting")),
+    }
 }
 
 #[cfg(test)]

@@ -332,9 +332,11 @@ fn sizes_that_overflow_64_bits_are_errors_not_wrapped_numbers() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("overflows 64 bits"), "{}", stderr(&o));
 
-    // The model: a K row of 2^32 - 1 dims × 2^32 - 1 KV heads overflows at any context.
+    // The model: a K row of 2^32 - 1 dims × 2^32 - 1 KV heads overflows at any context (as many query heads,
+    // so the KV heads divide them and the file passes the reader's attention check).
     let b = tiny_llama(&[
         ("llama.attention.key_length", Value::U32(u32::MAX)),
+        ("llama.attention.head_count", Value::U32(u32::MAX)),
         ("llama.attention.head_count_kv", Value::U32(u32::MAX)),
     ]);
     let p = write(dir.path(), "wide.gguf", &b);

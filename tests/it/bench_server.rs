@@ -938,7 +938,8 @@ fn a_bench_rate_the_device_could_not_reach_is_not_recorded() {
             model.to_str().unwrap(),
         ],
     );
-    assert_exit(&o, 0);
+    // A 70B on CPUs misses the chat preset's per-token target (exit 5): it still runs, as planned.
+    common::assert_planned(&o);
     std::fs::write(&dep, &o.stdout).unwrap();
     let fake = start(Behavior::Stream {
         ttft: Duration::ZERO,

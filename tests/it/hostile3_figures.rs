@@ -292,7 +292,8 @@ fn resolve_to(db: &std::path::Path, model: &std::path::Path, out: &std::path::Pa
         .arg(model)
         .output()
         .unwrap();
-    assert_exit(&o, 0);
+    // The laptop's chat plan fits but misses the preset's per-token SLA: exit 5, the plan written all the same.
+    assert_exit(&o, 5);
     std::fs::write(out, &o.stdout).unwrap();
 }
 

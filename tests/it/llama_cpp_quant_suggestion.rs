@@ -20,6 +20,9 @@ fn a_plan_over_by_less_than_its_weights_names_the_quantization_that_fits() {
             "json",
             "-c",
             "229376",
+            // 28x the trained 8192 tokens: an explicit opt-in to plan it (issue 25), to get a plan over by less
+            // than its weights.
+            "--allow-long-context",
             "--parallel",
             "1",
             "-m",

@@ -23,7 +23,7 @@ fn resolve(
         .args(["resolve", "-w", "chat", "--format", "json", "-m"])
         .arg(model);
     let o = c.output().unwrap();
-    assert_exit(&o, 0);
+    common::assert_planned(&o);
     if let Some(p) = out {
         std::fs::write(p, &o.stdout).unwrap();
     }

@@ -17,7 +17,8 @@ fn doc(args: &[&str], model: &std::path::Path, out: Option<&std::path::Path>) ->
     }
     let o = c.output().unwrap();
     assert!(
-        matches!(o.status.code(), Some(0 | 3)),
+        // 5: the probed machine's plan may miss the chat preset's SLA (`sla-missed`), and is written all the same.
+        matches!(o.status.code(), Some(0 | 3 | 5)),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

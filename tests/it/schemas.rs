@@ -44,7 +44,8 @@ fn schema_command_prints_each_schema() {
 }
 
 /// Emitted documents are instances of the published deployment schema (what orchestration tooling validates
-/// against): a fitting plan on a GPU, a CPU plan, a no-fit plan and a cluster plan, as the CLI writes them.
+/// against): a fitting plan on a GPU, a CPU plan, a no-fit plan, a cluster plan and a `workload-unmet` plan (its
+/// `workload.unmet`), as the CLI writes them.
 #[test]
 fn emitted_documents_validate_against_the_published_deployment_schema() {
     let dir = tempfile::tempdir().unwrap();
@@ -86,19 +87,27 @@ fn emitted_documents_validate_against_the_published_deployment_schema() {
             ],
             m70,
         ),
-        (vec![], m8),
+        (vec![], m8.clone()),
+        (
+            vec![
+                "--inventory".into(),
+                common::fixture("inventories/cpu-server.yaml").into(),
+            ],
+            m8,
+        ),
     ];
     for (i, (global, model)) in cases.into_iter().enumerate() {
         let mut c = bin();
+        let workload = if i == 4 { "long-context" } else { "chat" };
         c.args(&global)
-            .args(["resolve", "-w", "chat", "--format", "json", "-m"])
+            .args(["resolve", "-w", workload, "--format", "json", "-m"])
             .arg(&model);
         if i == 3 {
             c.arg("--cluster").arg(&cluster);
         }
         let out = c.output().unwrap();
         assert!(
-            matches!(out.status.code(), Some(0 | 3)),
+            matches!(out.status.code(), Some(0 | 3 | 5 | 6)),
             "case {i}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -109,6 +118,10 @@ fn emitted_documents_validate_against_the_published_deployment_schema() {
             .map(|e| format!("{}: {e}", e.instance_path()))
             .collect();
         assert!(errors.is_empty(), "case {i}: {errors:?}");
+        if i == 4 {
+            assert_eq!(doc["status"], "workload-unmet");
+            assert!(doc["workload"]["unmet"]["over_by_tokens"].as_u64() > Some(0));
+        }
     }
     // The validator is not vacuous: a v1-shaped launch section is refused.
     let mut bad: serde_json::Value = serde_json::json!({"apiVersion": "optimizer/v2"});

@@ -212,4 +212,12 @@ pub enum Defect {
         max: u64,
         why: &'static str,
     },
+    /// A hyper-parameter the engines would refuse for how it relates to others (KV heads that do not divide
+    /// the query heads), with the engine's reason.
+    #[error("hyper-parameter {key} is {value}: {why}")]
+    HparamInvalid {
+        key: String,
+        value: u64,
+        why: String,
+    },
 }

@@ -331,10 +331,16 @@ pub fn check_hparams(
         max: MAX_EXPERTS,
         why: "llama.cpp's LLAMA_MAX_EXPERTS (llama-hparams.h L12)",
     };
+    let embedding = Bound {
+        key: "embedding_length",
+        min: 1,
+        max: MAX_HPARAM_U32,
+        why: "every weight of the model is this wide: llama.cpp finds the tensors the wrong shape (llama-model-loader.cpp check_tensor_dims), vLLM would build layers of width 0, and neither holds it outside a uint32_t (llama-hparams.h)",
+    };
     let h = hparams;
     let mut scalars: Vec<(Bound, Option<u64>)> = vec![
         (context, h.context_length),
-        (u32_bound("embedding_length"), h.embedding_length),
+        (embedding, h.embedding_length),
         (experts, h.expert_count),
         (u32_bound("expert_used_count"), h.expert_used_count),
         (u32_bound("expert_shared_count"), h.expert_shared_count),
@@ -404,6 +410,78 @@ pub fn check_hparams(
             max: n,
             why: "a token cannot be routed to more experts than the layer has (llama-model.cpp L1362)",
         });
+    }
+    Ok(())
+}
+
+/// Checks the attention heads of every layer that holds attention weights the way the engines would: a layer
+/// with query/key/value tensors needs at least one query head, and its query heads must be a whole multiple of
+/// its KV heads (each KV head serves a group of query heads). Layers without attention tensors (recurrent,
+/// attention-free) may declare 0 heads, as llama.cpp's "non-transformer models do not have attention heads"
+/// (llama-model.cpp `load_hparams`) allows; a layer with heads but 0 KV heads is left alone (DeciLM's
+/// linear-attention layers). Runs after [`check_hparams`], on the tensors the reader found.
+pub(crate) fn check_attention(
+    format: Format,
+    architecture: &str,
+    hparams: &Hparams,
+    tensors: &[TensorInfo],
+) -> Result<(), super::Defect> {
+    let key_name = |k: &str| match format {
+        Format::Gguf => format!("{architecture}.{k}"),
+        Format::Safetensors => format!("{k} (from config.json)"),
+    };
+    let mut layers: Vec<u32> = tensors
+        .iter()
+        .filter(|t| t.role == Role::Attention)
+        .filter_map(|t| t.layer)
+        .collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let Some(heads) = &hparams.head_count else {
+        return Ok(());
+    };
+    for il in layers {
+        let Some(n_head) = heads.get(il as usize) else {
+            continue;
+        };
+        if n_head == 0 {
+            return Err(super::Defect::HparamOutOfRange {
+                key: key_name("attention.head_count"),
+                value: 0,
+                min: 1,
+                max: MAX_HPARAM_U32,
+                why: match format {
+                    Format::Gguf => {
+                        "a layer with attention weights needs a query head: llama.cpp sizes the layer's Q/K/V tensors by n_embd / n_head and refuses the file when they do not match (llama-model-loader.cpp check_tensor_dims: 'tensor has wrong shape')"
+                    }
+                    Format::Safetensors => {
+                        "a layer with attention weights needs a query head: vLLM sizes the layer's Q projection by num_attention_heads, so the checkpoint's q_proj weight cannot load (its weight loaders assert the shapes agree), and without head_dim it divides hidden_size by 0 (vllm/model_executor/models/llama.py LlamaAttention)"
+                    }
+                },
+            });
+        }
+        let n_head_kv = hparams
+            .head_count_kv
+            .as_ref()
+            .and_then(|kv| kv.get(il as usize))
+            .unwrap_or(n_head);
+        if n_head_kv > 0 && n_head % n_head_kv != 0 {
+            let engine = match format {
+                Format::Gguf => {
+                    "llama.cpp's attention asserts ggml_can_mul_mat(k, q) (ggml.c: query heads a multiple of KV heads) and aborts when the context is built"
+                }
+                Format::Safetensors => {
+                    "vLLM's attention layer asserts num_heads % num_kv_heads == 0 (vllm/model_executor/layers/attention/attention.py) and fails at start-up"
+                }
+            };
+            return Err(super::Defect::HparamInvalid {
+                key: key_name("attention.head_count_kv"),
+                value: n_head_kv,
+                why: format!(
+                    "layer {il}'s {n_head} query heads are not a whole multiple of its {n_head_kv} KV heads (each KV head serves a group of query heads): {engine}"
+                ),
+            });
+        }
     }
     Ok(())
 }

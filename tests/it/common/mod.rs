@@ -284,6 +284,17 @@ pub(crate) fn assert_exit(o: &std::process::Output, code: i32) {
     );
 }
 
+/// Asserts `resolve` planned something runnable: exit 0 (`fits`) or 5 (`sla-missed`: it runs, slower than the
+/// workload's targets), showing its stderr when it did not.
+pub(crate) fn assert_planned(o: &std::process::Output) {
+    assert!(
+        matches!(o.status.code(), Some(0 | 5)),
+        "exit {:?}: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// `optimizer resolve --format json -w WORKLOAD --hardware HARDWARE -m MODEL EXTRA...` on `inventory`'s host: the
 /// document (which a no-fit exit still writes) and the exit code.
 pub(crate) fn resolve_doc(

@@ -15,13 +15,43 @@ use crate::evidence::Basis;
 /// The document's version; a breaking change to the keys bumps it.
 pub const API_VERSION: &str = "optimizer/v2";
 
-/// Whether a configuration fits.
+/// Whether the plan does what the workload asks, one value an orchestrator can act on without reading the
+/// rest (the `resolve` exit code says the same: docs/exit-codes.md). When several hold, `no-fit` wins over
+/// `workload-unmet`, which wins over `sla-missed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Status {
+    /// The plan fits and meets every SLA target of the workload (exit 0).
     Fits,
-    /// Nothing fits: the document shows the nearest candidate and `suggestions` says what would make one fit.
+    /// Nothing fits: the document shows the nearest candidate and `suggestions` says what would make one fit
+    /// (exit 3).
     NoFit,
+    /// The plan fits and runs, but the workload's request (prompt and generated tokens) is longer than the
+    /// context the model allows: `workload.unmet` says by how much, and every figure is for the longest prompt
+    /// that fits (exit 6).
+    WorkloadUnmet,
+    /// The plan fits and runs, but no candidate meets the workload's SLA: `performance.sla` says which target
+    /// and by how much (exit 5).
+    SlaMissed,
+}
+
+impl Status {
+    /// The plan can be run as written (it fits), whatever it misses.
+    pub fn runnable(self) -> bool {
+        self != Status::NoFit
+    }
+}
+
+/// A workload request longer than the context the model allows: what was asked and what the plan serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkloadUnmet {
+    /// The preset's prompt and generated tokens per request.
+    pub requested_prompt_tokens: u64,
+    pub requested_generation_tokens: u64,
+    /// Tokens one sequence may hold: the model's trained context (or `-c`).
+    pub context_tokens: u64,
+    /// `requested_prompt_tokens + requested_generation_tokens - context_tokens`.
+    pub over_by_tokens: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -87,6 +117,10 @@ pub struct WorkloadRef {
     pub time_to_first_token_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_per_output_token_ms: Option<f64>,
+    /// Present when the preset's request does not fit the context (`status: workload-unmet`); `prompt_tokens`
+    /// and `generation_tokens` above are then the shortened request every figure is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmet: Option<WorkloadUnmet>,
 }
 
 /// How the model is spread over the machine.

@@ -26,13 +26,16 @@ pub fn score(objective: Objective, w: &WorkloadProfile, p: &perf::Prediction) ->
     {
         penalty += 1e6 * (p.time_per_output_token_ms / t);
     }
-    // A training step generates nothing: every objective is served by more trained tokens per second.
-    let training = matches!(
+    // A training step and an embedding request generate nothing: every objective is served by more tokens
+    // trained or embedded (prefilled) per second.
+    let prefill_only = matches!(
         w.mode,
-        crate::profile::Mode::Training | crate::profile::Mode::FineTune
+        crate::profile::Mode::Training
+            | crate::profile::Mode::FineTune
+            | crate::profile::Mode::Embedding
     );
     let base = match objective {
-        _ if training => 1e6 / p.prefill_tokens_per_s.max(1e-9),
+        _ if prefill_only => 1e6 / p.prefill_tokens_per_s.max(1e-9),
         Objective::Latency => {
             p.time_per_output_token_ms
                 + p.time_to_first_token_ms / w.generation_tokens.max(1) as f64

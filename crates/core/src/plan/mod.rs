@@ -9,11 +9,12 @@
 //! from store rows, cited by id).
 
 pub mod explain;
+pub mod promise;
 pub mod search;
 
 use crate::emit::{
     self, CpuRef, Deployment, GpuRef, HardwareRef, ModelRef, Performance, Provenance, RuntimeRef,
-    SlaStatus, Source, Status, WorkloadRef,
+    SlaStatus, Source, Status, WorkloadRef, WorkloadUnmet,
 };
 use crate::evidence::Basis;
 use crate::evidence::Evidence;
@@ -104,6 +105,13 @@ pub fn resolve_fleet(inp: &Inputs, mut fleet: Fleet) -> Result<Deployment, PlanE
         ..*inp
     };
     fleet.apply(inp.evidence);
+    // A request longer than the context the plan gives is planned for the longest that fits (`promise`).
+    let fitted = promise::fit_request(fleet.runtime, inp.model, inp.workload, inp.overrides);
+    let (workload, unmet) = match &fitted {
+        Some((w, u)) => (w, Some(u.clone())),
+        None => (inp.workload, None),
+    };
+    let inp = &Inputs { workload, ..*inp };
     let req = Request {
         model: inp.model,
         model_path: inp.model_path,
@@ -116,21 +124,28 @@ pub fn resolve_fleet(inp: &Inputs, mut fleet: Fleet) -> Result<Deployment, PlanE
     match fleet.runtime {
         RuntimeId::Vllm => {
             let rt = Vllm::new(&req)?;
-            plan_with(&rt, inp, &req)
+            plan_with(&rt, inp, &req, unmet)
         }
         RuntimeId::Torch => {
             let rt = Torch::new(&req)?;
-            plan_with(&rt, inp, &req)
+            plan_with(&rt, inp, &req, unmet)
         }
         RuntimeId::LlamaCpp | RuntimeId::Any => {
             let rt = LlamaCpp::new(&req)?;
-            plan_with(&rt, inp, &req)
+            plan_with(&rt, inp, &req, unmet)
         }
     }
 }
 
-/// Search, choose and explain with one runtime.
-fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployment, PlanError> {
+/// Search, choose and explain with one runtime. `unmet`: the workload's own request did not fit the context and
+/// `inp.workload` is the shortened one ([`promise::fit_request`]).
+fn plan_with<R: Runtime>(
+    rt: &R,
+    inp: &Inputs,
+    req: &Request,
+    unmet: Option<WorkloadUnmet>,
+) -> Result<Deployment, PlanError> {
+    promise::check_context(rt.id(), inp.model, inp.overrides)?;
     let w = inp.workload;
     let objective = req.objective;
     let candidates = search::search(rt, &|e| explain::score(objective, w, &e.prediction))?;
@@ -193,6 +208,31 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
             -c.margin_ms
         ));
     }
+    if let Some(text) = promise::long_context_warning(rt.id(), inp.model, chosen.size) {
+        warnings.push(text);
+    }
+    if let Some(u) = &unmet {
+        warnings.push(format!(
+            "workload {} cannot be met: its {}-token prompt and {} generated tokens need {} tokens per sequence, {} more than the {} a sequence holds here (the model's trained context, or -c); every figure is for a {}-token prompt and {} generated tokens; --allow-long-context plans the preset's own length with the engine's long-context setting",
+            w.id,
+            u.requested_prompt_tokens,
+            u.requested_generation_tokens,
+            u.requested_prompt_tokens + u.requested_generation_tokens,
+            u.over_by_tokens,
+            u.context_tokens,
+            w.prompt_tokens,
+            w.generation_tokens
+        ));
+    }
+    let sla_missed = performance
+        .sla
+        .iter()
+        .any(|c| c.status == SlaStatus::Missed);
+    let status = match status {
+        Status::Fits if unmet.is_some() => Status::WorkloadUnmet,
+        Status::Fits if sla_missed => Status::SlaMissed,
+        s => s,
+    };
     let alternatives = explain::alternatives(rt, &candidates, &chosen, objective, w);
     let (engine, version) = rt.engine();
     let model = inp.model;
@@ -263,6 +303,7 @@ fn plan_with<R: Runtime>(rt: &R, inp: &Inputs, req: &Request) -> Result<Deployme
             generation_tokens: w.generation_tokens,
             time_to_first_token_ms: w.sla.time_to_first_token_ms,
             time_per_output_token_ms: w.sla.time_per_output_token_ms,
+            unmet,
         },
         topology: described.topology,
         settings: described.settings,
@@ -416,6 +457,17 @@ fn performance<R: Runtime>(
             ),
         },
     ));
+    // An embedding request generates nothing: a decode rate would describe a generation that never runs.
+    if req.workload.mode == crate::profile::Mode::Embedding {
+        p.decode_tokens_per_s = 0.0;
+        p.time_per_output_token_ms = 0.0;
+        notes.push((
+            "performance.decode_tokens_per_s".into(),
+            Source::Computed,
+            "an embedding request generates no tokens: its rate is prefill_tokens_per_s, tokens embedded per second, and time_to_first_token_ms is one request's"
+                .into(),
+        ));
+    }
     let sla = explain::sla_checks(req.workload, &p);
     (
         Performance {

@@ -208,6 +208,8 @@ fn build_spec(paths: &[PathBuf], headers: Vec<Header>) -> Result<ModelSpec, Mode
     }
     super::check_hparams(Format::Gguf, &architecture, &hparams, &metadata)
         .map_err(|d| ModelError::model(&paths[0], d))?;
+    crate::spec::check_attention(Format::Gguf, &architecture, &hparams, &tensors)
+        .map_err(|d| ModelError::model(&paths[0], d))?;
     let file_type = metadata
         .get("general.file_type")
         .and_then(MetaValue::as_u64)

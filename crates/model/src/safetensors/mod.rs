@@ -15,7 +15,8 @@
 //! built, so one header costs about 32 + 20 + 4 MiB plus the record vector's spare capacity, under the 64 MiB
 //! peak target (measured worst case 54 MiB in `tests/it/safetensors_reader.rs`). Tensor data is never read.
 //!
-//! May touch: the model file(s), the index, and `config.json` in the model's directory, with bounded reads.
+//! May touch: the model file(s), the index, `config.json` and the sentence-transformers `modules.json` (with its
+//! pooling module's `config.json`, [`pooling`]) in the model's directory, with bounded reads.
 //!
 //! Layout of this module, one concern a file: `dtype` (the dtype table and exact byte sizes), `header`
 //! (one file's length prefix and JSON header, validated), `stream` (the streaming serde visitor that header
@@ -28,6 +29,7 @@ mod header;
 mod index;
 mod layout;
 mod packing;
+pub mod pooling;
 mod stream;
 
 use std::collections::BTreeMap;
@@ -230,6 +232,13 @@ fn build(layout: Layout) -> Result<ModelSpec, ModelError> {
                 .or_insert_with(|| MetaValue::String(v.clone()));
         }
     }
+    // Not a `__metadata__` key of any file: what the checkpoint's sentence-transformers configuration says.
+    if let Some(p) = pooling::read_pooling(&dir)? {
+        metadata.insert(
+            pooling::POOLING_KEY.to_string(),
+            MetaValue::String(p.to_string()),
+        );
+    }
     let (architecture, name, hparams) = match config {
         Some(c) => (
             c.model_type.unwrap_or_else(|| "unknown".into()),
@@ -239,6 +248,8 @@ fn build(layout: Layout) -> Result<ModelSpec, ModelError> {
         None => ("unknown".into(), None, Default::default()),
     };
     super::check_hparams(Format::Safetensors, &architecture, &hparams, &metadata)
+        .map_err(|d| ModelError::model(&dir.join(CONFIG_FILE), d))?;
+    crate::spec::check_attention(Format::Safetensors, &architecture, &hparams, &tensors)
         .map_err(|d| ModelError::model(&dir.join(CONFIG_FILE), d))?;
     Ok(super::assemble(
         Format::Safetensors,

@@ -9,7 +9,7 @@ use crate::fleet::DeviceId;
 use crate::profile::{Mode, Objective};
 use crate::runtime::{Candidate, Described, Runtime};
 use optimizer_memory::llama_cpp;
-use optimizer_model::{GgmlType, MetaValue, ModelSpec};
+use optimizer_model::{GgmlType, ModelSpec};
 
 impl LlamaCpp<'_> {
     /// The document's llama.cpp part for the chosen candidate: settings, topology, launch artifacts and the
@@ -35,7 +35,21 @@ impl LlamaCpp<'_> {
                 c.size, p.parallel
             ),
         );
-        if ov.parallel.is_none() && p.parallel != self.n_par {
+        // Fewer sequences than the workload's: the most that fit when one more does not, else the knee.
+        let more = crate::runtime::Runtime::with_sequences(self, p, p.parallel.saturating_add(1));
+        let memory_bound = more.is_some_and(|q| {
+            crate::runtime::Runtime::evaluate(self, &q, c.size).is_ok_and(|e| !e.fits())
+        });
+        if p.parallel < self.n_par && memory_bound {
+            put(
+                "settings.parallel",
+                Source::Computed,
+                format!(
+                    "the most sequences that fit at {} tokens each, up to workload {}'s {}: a throughput workload serves as many as fit here rather than move to a slower placement that holds them all",
+                    c.size, w.id, w.concurrency
+                ),
+            );
+        } else if ov.parallel.is_none() && p.parallel != self.n_par {
             put(
                 "settings.parallel",
                 Source::Computed,
@@ -233,12 +247,8 @@ impl LlamaCpp<'_> {
         let alias = model_alias(model, &model_path);
         let pooling = (w.mode == Mode::Embedding).then(|| {
             let key = format!("{}.pooling_type", model.architecture);
-            match model
-                .metadata
-                .get(&key)
-                .and_then(MetaValue::as_u64)
-                .and_then(launch::pooling_name)
-            {
+            // `NONE` (0) pools nothing, one vector per token: an embedding plan needs one per input.
+            match super::arch::declared_pooling(model).and_then(launch::pooling_name) {
                 Some(p) => {
                     put(
                         "launch.llama-server.pooling",
@@ -252,7 +262,7 @@ impl LlamaCpp<'_> {
                         "launch.llama-server.pooling",
                         Source::Heuristic,
                         format!(
-                            "--pooling {}: the model's GGUF has no {key}; mean pooling is the sentence-transformers default",
+                            "--pooling {}: the model's GGUF declares no {key} (or NONE); mean pooling is the sentence-transformers default",
                             launch::DEFAULT_POOLING
                         ),
                     );
@@ -265,6 +275,7 @@ impl LlamaCpp<'_> {
             alias: &alias,
             pooling,
             port: launch::PORT,
+            rope: launch::rope_extension(model, settings.context_per_sequence),
         };
         let container_model = crate::runtime::kubernetes::model_in_container(&model_path);
         let in_container = launch::llama_server(
@@ -298,6 +309,7 @@ impl LlamaCpp<'_> {
             launch.push(launch::replicas(&serve, &settings, &replica_gpus));
         }
         let mut warnings = self.warnings.clone();
+        warnings.extend(super::arch::embedding_warning(model, w));
         warnings.extend(c.eval.notes.iter().cloned());
         Described {
             settings: Settings::LlamaCpp(settings),

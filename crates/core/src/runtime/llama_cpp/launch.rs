@@ -24,6 +24,7 @@ use crate::profile::WorkloadProfile;
 use crate::runtime::kubernetes::{self, SecretEnv, Server};
 use crate::runtime::{PlanError, Size};
 use optimizer_memory::llama_cpp;
+use optimizer_model::ModelSpec;
 
 use super::{CTX_STEP, MAX_CONTEXT_PER_SEQUENCE};
 
@@ -83,6 +84,58 @@ pub struct Serve<'a> {
     pub pooling: Option<&'a str>,
     /// `--port`: [`PORT`], or the next ones for replicas on one machine.
     pub port: u16,
+    /// `--rope-scaling yarn --rope-scale N --yarn-orig-ctx N_TRAIN` for a context past the trained length
+    /// (`--allow-long-context`, [`rope_extension`]).
+    pub rope: Option<RopeExtension>,
+}
+
+/// YaRN RoPE scaling asked of llama-server for a context per sequence past the model's trained length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RopeExtension {
+    /// `--rope-scale`: the smallest whole factor that stretches `orig_ctx` over the context per sequence.
+    pub factor: u32,
+    /// `--yarn-orig-ctx`: the context the model was trained at (a declared YaRN's original context, else the
+    /// GGUF `{arch}.context_length`).
+    pub orig_ctx: u32,
+}
+
+/// Tokens per sequence llama.cpp serves this model at as trained: `{arch}.context_length` (llama.cpp's
+/// `n_ctx_train`), or, when the GGUF already declares YaRN (`rope.scaling.type` yarn with a factor), the
+/// declared original context times that factor, which llama.cpp applies at load
+/// (src/llama-model.cpp reads `rope.scaling.*` into `rope_scaling_type_train`, `n_ctx_orig_yarn`). Past it the
+/// pinned server only logs "possible training context overflow" and serves positions the model never saw.
+/// `None` when the model does not say.
+pub fn trained_context(model: &ModelSpec) -> Option<u64> {
+    let h = &model.hparams;
+    let base = h.context_length.filter(|&c| c > 0)?;
+    let declared = h.rope.as_ref().and_then(|r| {
+        let yarn = r.scaling_type.as_deref()? == "yarn";
+        let factor = r.scaling_factor.filter(|f| f.is_finite() && *f > 1.0)?;
+        let orig = r.original_context_length.unwrap_or(base);
+        yarn.then(|| (orig as f64 * factor).floor() as u64)
+    });
+    Some(declared.map_or(base, |d| d.max(base)))
+}
+
+/// The YaRN flags llama-server needs to serve `context_per_sequence` tokens on this model, when that is past
+/// [`trained_context`] (only planned with `--allow-long-context`; refused otherwise).
+pub fn rope_extension(model: &ModelSpec, context_per_sequence: u32) -> Option<RopeExtension> {
+    let trained = trained_context(model)?;
+    if u64::from(context_per_sequence) <= trained {
+        return None;
+    }
+    let h = &model.hparams;
+    let orig = h
+        .rope
+        .as_ref()
+        .filter(|r| r.scaling_type.as_deref() == Some("yarn"))
+        .and_then(|r| r.original_context_length)
+        .or(h.context_length)
+        .filter(|&o| o > 0)?;
+    Some(RopeExtension {
+        factor: u32::try_from(u64::from(context_per_sequence).div_ceil(orig)).ok()?,
+        orig_ctx: u32::try_from(orig).ok()?,
+    })
 }
 
 /// How a GPU kind maps to llama.cpp: the device kind, llama.cpp's device
@@ -179,6 +232,16 @@ pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> A
         a.push("--embedding".into());
         a.push("--pooling".into());
         a.push(p.into());
+    }
+    if let Some(r) = serve.rope {
+        a.extend([
+            "--rope-scaling".to_string(),
+            "yarn".into(),
+            "--rope-scale".into(),
+            r.factor.to_string(),
+            "--yarn-orig-ctx".into(),
+            r.orig_ctx.to_string(),
+        ]);
     }
     // The shell line leaves the key out: `LLAMA_API_KEY= llama-server ...` would clear a key the user exported.
     let command = shell_command(&env, &a);
@@ -467,6 +530,7 @@ mod tests {
             alias: "a\nb",
             pooling: None,
             port: PORT,
+            rope: None,
         };
         let a = llama_server(&serve, &settings(), &[]);
         let line = a.command.unwrap();

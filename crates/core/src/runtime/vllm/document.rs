@@ -105,24 +105,43 @@ impl Vllm<'_> {
         }
         let per_seq = crate::runtime::context_provenance(ov, w, self.n_ctx_train, "vLLM");
         put("settings.max_model_len", per_seq.0, per_seq.1);
-        put(
-            "settings.max_num_seqs",
-            if ov.parallel.is_some() {
-                Source::User
-            } else {
-                Source::Profile
-            },
-            format!(
-                "workload {} concurrency {}{}",
-                w.id,
-                self.concurrency,
-                if p.replicas > 1 {
-                    format!(" over {} replicas", p.replicas)
+        let ceiling = self.replicas(p.tp).1;
+        if ov.parallel.is_none() && p.max_num_seqs < ceiling {
+            put(
+                "settings.max_num_seqs",
+                Source::Computed,
+                format!(
+                    "the most sequences per replica whose KV cache fits at --max-model-len {}, up to workload {}'s {}{}: a throughput workload serves as many as fit rather than exit",
+                    c.size,
+                    w.id,
+                    self.concurrency,
+                    if p.replicas > 1 {
+                        format!(" over {} replicas ({ceiling} each)", p.replicas)
+                    } else {
+                        String::new()
+                    }
+                ),
+            );
+        } else {
+            put(
+                "settings.max_num_seqs",
+                if ov.parallel.is_some() {
+                    Source::User
                 } else {
-                    String::new()
-                }
-            ),
-        );
+                    Source::Profile
+                },
+                format!(
+                    "workload {} concurrency {}{}",
+                    w.id,
+                    self.concurrency,
+                    if p.replicas > 1 {
+                        format!(" over {} replicas", p.replicas)
+                    } else {
+                        String::new()
+                    }
+                ),
+            );
+        }
         put(
             "settings.max_num_batched_tokens",
             Source::Rule,
@@ -267,15 +286,22 @@ impl Vllm<'_> {
         let gpu_names: Vec<&str> = (0..all_gpus.len())
             .map(|i| self.gpus[i].name.as_str())
             .collect();
+        let pooling = self.pooling_runner();
         let launch = launch::artifacts(
+            self.req.model,
             &model_dir,
             &settings,
             &all_gpus,
             &gpu_names,
             host_threads,
             self.req.overrides.image.as_deref(),
+            pooling.as_ref().map(|p| p.0),
         );
         let mut warnings = self.warnings.clone();
+        if let Some((_, why, warning)) = pooling {
+            prov.insert("launch.vllm.pooling".into(), why);
+            warnings.extend(warning);
+        }
         warnings.extend(c.eval.notes.iter().cloned());
         Described {
             settings: Settings::Vllm(settings),
@@ -288,3 +314,68 @@ impl Vllm<'_> {
         }
     }
 }
+
+impl Vllm<'_> {
+    /// An embedding plan's pooling runner with its provenance and, for a checkpoint that is not an embedding
+    /// model, a warning; `None` for a generating plan. The pooling is the one vLLM reads from the checkpoint's
+    /// sentence-transformers configuration (the model reader records it under
+    /// [`optimizer_model::safetensors::pooling::POOLING_KEY`]), else the architecture's default, which vLLM picks.
+    fn pooling_runner(&self) -> Option<(launch::PoolingRunner, Provenance, Option<String>)> {
+        use optimizer_model::MetaValue;
+        use optimizer_model::safetensors::pooling::{MODULES_FILE, POOLING_KEY};
+        if self.workload().mode != crate::profile::Mode::Embedding {
+            return None;
+        }
+        let model = self.req.model;
+        let declared = model
+            .metadata
+            .get(POOLING_KEY)
+            .and_then(MetaValue::as_str)
+            .and_then(|t| SEQ_POOLING_TYPES.into_iter().find(|k| *k == t));
+        let class = model.name.as_deref().unwrap_or(&model.architecture);
+        let generative = GENERATIVE_SUFFIXES.iter().any(|s| class.ends_with(s));
+        let (source, detail) = match declared {
+            Some(t) => (
+                Source::Computed,
+                format!(
+                    "--runner pooling --pooler-config seq_pooling_type {t}: the checkpoint's sentence-transformers pooling ({MODULES_FILE} and its Pooling module's config.json, read as vLLM's get_pooling_config reads them)"
+                ),
+            ),
+            None => (
+                Source::Rule,
+                format!(
+                    "--runner pooling: the checkpoint has no sentence-transformers pooling ({MODULES_FILE}), so vLLM pools by {class}'s default ({})",
+                    if generative {
+                        "the last token, vLLM's default for a generative model converted with --convert embed"
+                    } else {
+                        "the model class's own pooler"
+                    }
+                ),
+            ),
+        };
+        let warning = (declared.is_none() && generative).then(|| {
+            format!(
+                "{class} is a generative model and the checkpoint has no sentence-transformers pooling ({MODULES_FILE}): vLLM converts it to embed (--convert embed) from its last token's hidden state, which the model was not trained to embed with; serve an embedding model"
+            )
+        });
+        Some((
+            launch::PoolingRunner {
+                seq_pooling_type: declared,
+            },
+            Provenance { source, detail },
+            warning,
+        ))
+    }
+}
+
+/// Sequence pooling types vLLM 0.33 takes in `--pooler-config` (vllm/config/pooler.py `SequencePoolingType`).
+const SEQ_POOLING_TYPES: [&str; 3] = ["CLS", "LAST", "MEAN"];
+
+/// transformers class-name suffixes vLLM 0.33 runs as generating models by default (vllm/config/model.py
+/// `_SUFFIX_TO_DEFAULTS`, the entries with runner `generate`).
+const GENERATIVE_SUFFIXES: [&str; 4] = [
+    "ForCausalLM",
+    "ForConditionalGeneration",
+    "ChatModel",
+    "LMHeadModel",
+];

@@ -30,8 +30,52 @@ pub fn model_dir(model: &ModelSpec, model_path: &str) -> String {
     }
 }
 
-/// `vllm serve` with the planned settings, on the planned GPUs.
-pub fn vllm_serve(model_dir: &str, s: &VllmSettings, gpus: &[DeviceId]) -> Artifact {
+/// The environment variable with which vLLM accepts a `--max-model-len` past the length it derives from
+/// `config.json` (vllm/envs.py; vllm/config/model.py `_get_and_verify_max_len` raises otherwise).
+pub const ALLOW_LONG_MAX_MODEL_LEN: &str = "VLLM_ALLOW_LONG_MAX_MODEL_LEN";
+
+/// RoPE types whose `max_position_embeddings` vLLM takes as already scaled (`_get_and_verify_max_len`: "YaRN
+/// variants leave max_position_embeddings already scaled"); any other declared type multiplies it by `factor`.
+const ROPE_ALREADY_SCALED: [&str; 6] = [
+    "su",
+    "longrope",
+    "llama3",
+    "yarn",
+    "deepseek_yarn",
+    "deepseek_llama_scaling",
+];
+
+/// The longest `--max-model-len` the pinned vLLM accepts without [`ALLOW_LONG_MAX_MODEL_LEN`]: its derived max
+/// length (vllm/config/model.py `_get_and_verify_max_len`, 0.33.0): the position key of `config.json`
+/// (`max_position_embeddings` and its aliases), times the declared RoPE `factor` unless the type is one of
+/// [`ROPE_ALREADY_SCALED`] or the model is a Gemma 3 (already scaled). vLLM also caps it by the tokenizer's
+/// `model_max_length`, which the plan does not read. `None` when the config names no length.
+pub fn derived_max_model_len(model: &ModelSpec) -> Option<u64> {
+    let h = &model.hparams;
+    let base = h.context_length.filter(|&c| c > 0)?;
+    let factor = h
+        .rope
+        .as_ref()
+        .filter(|_| !model.architecture.contains("gemma3"))
+        .filter(|r| {
+            r.scaling_type
+                .as_deref()
+                .is_some_and(|t| !ROPE_ALREADY_SCALED.contains(&t))
+        })
+        .and_then(|r| r.scaling_factor)
+        .filter(|f| f.is_finite() && *f > 0.0)
+        .unwrap_or(1.0);
+    Some((base as f64 * factor) as u64)
+}
+
+/// `vllm serve` with the planned settings, on the planned GPUs; `allow_long` adds
+/// [`ALLOW_LONG_MAX_MODEL_LEN`]`=1` (a `--max-model-len` past [`derived_max_model_len`], `--allow-long-context`).
+pub fn vllm_serve(
+    model_dir: &str,
+    s: &VllmSettings,
+    gpus: &[DeviceId],
+    allow_long: bool,
+) -> Artifact {
     let mut a: Vec<String> = vec!["vllm".into(), "serve".into(), model_dir.into()];
     let mut flag = |k: &str, v: String| {
         a.push(k.into());
@@ -67,6 +111,9 @@ pub fn vllm_serve(model_dir: &str, s: &VllmSettings, gpus: &[DeviceId]) -> Artif
         a.push("--enforce-eager".into());
     }
     let mut env = BTreeMap::new();
+    if allow_long {
+        env.insert(ALLOW_LONG_MAX_MODEL_LEN.to_string(), "1".to_string());
+    }
     env.insert("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string());
     env.insert(
         "CUDA_VISIBLE_DEVICES".to_string(),
@@ -151,16 +198,54 @@ pub fn kubernetes(
     }
 }
 
-/// Every artifact of a vLLM plan.
+/// Every artifact of a vLLM plan of `model` (the model decides whether `--max-model-len` needs
+/// [`ALLOW_LONG_MAX_MODEL_LEN`]).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is one independent input of the launch; a struct would only rename them"
+)]
 pub fn artifacts(
+    model: &ModelSpec,
     model_dir: &str,
     s: &VllmSettings,
     gpus: &[DeviceId],
     gpu_names: &[&str],
     cpus: u32,
     image: Option<&str>,
+    pooling: Option<PoolingRunner>,
 ) -> Vec<Artifact> {
-    let serve = vllm_serve(model_dir, s, gpus);
+    let allow_long = derived_max_model_len(model).is_some_and(|d| u64::from(s.max_model_len) > d);
+    let serve = with_pooling(vllm_serve(model_dir, s, gpus, allow_long), pooling);
     let k8s = kubernetes(&serve, gpus, gpu_names, cpus, image);
     vec![serve, k8s]
+}
+
+/// What an embedding plan asks of `vllm serve`: the pooling runner (`--runner pooling`; without it vLLM 0.33
+/// resolves `--runner auto` by the architecture, and a `*ForCausalLM` checkpoint then generates text,
+/// vllm/config/model.py `_get_default_runner_type`) and, when the checkpoint's sentence-transformers
+/// configuration declares one, its sequence pooling, passed as `--pooler-config` so the plan says what vLLM
+/// would otherwise read from `modules.json` itself (`get_pooling_config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolingRunner {
+    /// vLLM's `seq_pooling_type` (`MEAN`, `CLS`, `LAST`); `None`: the architecture's default.
+    pub seq_pooling_type: Option<&'static str>,
+}
+
+/// The options of [`PoolingRunner`]: `--runner pooling [--pooler-config {"seq_pooling_type": "T"}]`.
+pub fn pooling_args(p: &PoolingRunner) -> Vec<String> {
+    let mut a = vec!["--runner".to_string(), "pooling".to_string()];
+    if let Some(t) = p.seq_pooling_type {
+        a.push("--pooler-config".into());
+        a.push(format!("{{\"seq_pooling_type\": \"{t}\"}}"));
+    }
+    a
+}
+
+/// `serve` with the pooling options appended (and its shell line rebuilt), or unchanged for a generating plan.
+fn with_pooling(mut serve: Artifact, pooling: Option<PoolingRunner>) -> Artifact {
+    if let Some(p) = pooling {
+        serve.argv.extend(pooling_args(&p));
+        serve.command = Some(shell_command(&serve.env, &serve.argv));
+    }
+    serve
 }
