@@ -149,6 +149,7 @@ fn bench(c: &mut Criterion) {
                 hardware: Hardware {
                     gpus: None,
                     cluster: Some(file.clone()),
+                    host: Default::default(),
                 },
                 overrides: Overrides::default(),
             };
@@ -182,6 +183,7 @@ fn bench(c: &mut Criterion) {
         hardware: Hardware {
             gpus: None,
             cluster: Some(cluster.clone()),
+            host: Default::default(),
         },
         overrides: Overrides::default(),
     };

@@ -10,6 +10,46 @@ pub struct Hardware {
     pub gpus: Option<(u32, String)>,
     /// A cluster description: the plan is for its node type, replicated on every node.
     pub cluster: Option<PathBuf>,
+    /// `--host-memory` / `--host-cores`: the planned node's host in place of the probed or inventory one.
+    pub host: HostOverride,
+}
+
+/// The host of the planned node as the user states it (`--host-memory 512GiB --host-cores 64`); each figure
+/// absent keeps the probed, inventory or cluster host's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostOverride {
+    pub memory_bytes: Option<u64>,
+    /// Physical cores; the logical CPUs are set equal (no SMT is assumed: threads are planned per physical
+    /// core, `cpu-threads` rules).
+    pub cores: Option<u32>,
+}
+
+impl HostOverride {
+    pub fn is_empty(&self) -> bool {
+        self.memory_bytes.is_none() && self.cores.is_none()
+    }
+
+    /// The inventory with this host: memory total and available both the stated size (a planned node is idle),
+    /// without the probe's cgroup bound; cores physical and logical, without the probe's CPU quota. Each change
+    /// is recorded in the inventory's notes.
+    pub fn apply(&self, inv: &mut Inventory) {
+        if let Some(bytes) = self.memory_bytes {
+            inv.memory.total_bytes = bytes;
+            inv.memory.available_bytes = bytes;
+            inv.memory.host_total_bytes = None;
+            inv.memory.bound = None;
+            inv.notes
+                .push(format!("host memory {bytes} bytes from --host-memory"));
+        }
+        if let Some(cores) = self.cores {
+            inv.cpu.physical_cores = cores;
+            inv.cpu.logical_cpus = cores;
+            inv.cpu.effective_cpus = None;
+            inv.cpu.cpu_bound = None;
+            inv.notes
+                .push(format!("host cores {cores} from --host-cores"));
+        }
+    }
 }
 
 /// What `resolve` plans.
@@ -63,8 +103,28 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
             (inv, source, 1)
         }
     };
-    if let Some((n, id)) = &req.hardware.gpus {
+    let mut warnings = Vec::new();
+    let node = req
+        .hardware
+        .gpus
+        .as_ref()
+        .and_then(|(n, id)| set.lookup_node(id).map(|e| (*n, &e.value)));
+    if let Some((n, node)) = node {
+        inv = with_node(inv, n, node, &req.hardware.host, set)?;
+        source = "profile";
+    } else {
+        // Before the GPUs: an Apple SoC's GPU takes the machine's memory, which the override may set.
+        req.hardware.host.apply(&mut inv);
+    }
+    if let Some((n, id)) = req.hardware.gpus.as_ref().filter(|_| node.is_none()) {
         inv = with_profiled_gpus(inv, *n, id, set)?;
+        if source == "probe" && req.hardware.host.is_empty() {
+            warnings.push(format!(
+                "--hardware {n}x:{id} planned with this machine's host ({:.1} GiB of memory, {} physical cores), not the host such GPUs usually sit in; pass --host-memory and --host-cores (or --inventory) to plan another",
+                crate::units::gib(inv.memory.total_bytes),
+                inv.cpu.physical_cores
+            ));
+        }
         source = "profile";
     }
     // One matching of devices to profiles: the store is asked about the fleet's devices, and the planner plans
@@ -101,7 +161,61 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         overrides: &req.overrides,
     };
     let runtime = fleet.runtime;
-    plan::resolve_fleet(&inputs, fleet).map_err(|e| plan_failure(e, &req.model, source, runtime))
+    let mut doc = plan::resolve_fleet(&inputs, fleet)
+        .map_err(|e| plan_failure(e, &req.model, source, runtime))?;
+    warnings.extend(idle_gpus(&doc, &inv));
+    doc.warnings.extend(warnings);
+    Ok(doc)
+}
+
+/// A warning when the plan leaves GPUs of the node unused: one replica's GPUs (the non-host devices of the
+/// memory plan) times the replicas on the node (vLLM and torch: data parallel per node; llama.cpp: the
+/// `llama-server-replicas` artifact's pods, one per GPU). Silence is kept only when every GPU works; the
+/// reason is the plan's own where it states one (its `launch.llama-server-replicas` provenance names the host
+/// memory and cores that bound the replicas).
+fn idle_gpus(doc: &Deployment, inv: &Inventory) -> Option<String> {
+    let total = inv.gpus.len();
+    if total == 0 || doc.status != crate::emit::Status::Fits {
+        return None;
+    }
+    let per_replica = doc
+        .memory
+        .devices
+        .iter()
+        .filter(|m| m.device != crate::fleet::DeviceId::HOST.to_string())
+        .count();
+    let nodes = doc.topology.nodes.max(1);
+    let replicas = match doc.artifact("llama-server-replicas") {
+        Some(a) => a
+            .files
+            .values()
+            .map(|script| script.lines().filter(|l| l.ends_with(" &")).count())
+            .sum::<usize>()
+            .max(1),
+        None => (doc.topology.data_parallel / nodes).max(1) as usize,
+    };
+    let used = per_replica.saturating_mul(replicas);
+    if used >= total {
+        return None;
+    }
+    let why = doc
+        .provenance
+        .get("launch.llama-server-replicas")
+        .map(|p| format!(": {}", p.detail))
+        .unwrap_or_else(|| {
+            if doc.workload.objective != crate::profile::Objective::Throughput {
+                format!(
+                    ": workload {} optimises {:?}, so one replica is planned (a throughput workload runs one per GPU group)",
+                    doc.workload.preset, doc.workload.objective
+                )
+            } else {
+                String::new()
+            }
+        });
+    Some(format!(
+        "{} of the node's {total} GPUs stay idle: the plan uses {used} ({per_replica} per replica x {replicas}){why}",
+        total - used
+    ))
 }
 
 /// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).
@@ -180,6 +294,54 @@ fn with_profiled_gpus(
                 ),
             )
         })?;
+    Ok(inv)
+}
+
+/// The inventory of a node profile (`--hardware dgx-h100`): its GPUs and host, with `--host-memory` and
+/// `--host-cores` over the node's figures (an Apple node's GPU shares the stated memory). A count other than
+/// one (`2x:dgx-h100`) is a usage error: a node is one machine, several are a `--cluster`. A node whose GPU
+/// profile is not in force (possible only in a set the tests did not validate) is invalid input naming both.
+fn with_node(
+    inv: Inventory,
+    n: u32,
+    node: &crate::profile::NodeProfile,
+    host: &HostOverride,
+    set: &ProfileSet,
+) -> Result<Inventory, Failure> {
+    if n != 1 {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "--hardware {n}x:{}: {} is a node profile ({} x {}); name it without a count, or describe several nodes with --cluster",
+                node.id,
+                node.name,
+                node.gpus.count,
+                node.gpus.profile
+            ),
+        ));
+    }
+    let gpu = set.hardware(&node.gpus.profile).ok_or_else(|| {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!(
+                "node profile {}: its GPU profile {:?} does not exist",
+                node.id,
+                node.gpus.profile
+            ),
+        )
+        .hint("`optimizer profiles validate` checks the profiles in force")
+    })?;
+    let mut node = node.clone();
+    if let Some(bytes) = host.memory_bytes {
+        node.host.memory_bytes = bytes;
+    }
+    let mut inv = crate::profile::node_inventory(inv, &node, &gpu.value).map_err(|e| {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("node profile {}: {e}", node.id),
+        )
+    })?;
+    host.apply(&mut inv);
     Ok(inv)
 }
 

@@ -325,6 +325,78 @@ pub(crate) fn parse_hardware(h: &str) -> Result<(u32, String), Failure> {
     }
 }
 
+/// A size in bytes: digits, optionally with a unit, binary (`KiB` … `TiB`, and `K`/`M`/`G`/`T` as their
+/// shorthand) or decimal (`KB` … `TB`), case-insensitive; `512GiB`, `1.5TiB`, `2000000000`. Fractions are
+/// allowed with a unit and rounded down to a byte; an overflow of 64 bits is refused, never wrapped.
+pub(crate) fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = (&t[..split], t[split..].trim());
+    let factor: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1
+    {
+        return None;
+    }
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    let whole: u64 = whole.parse().ok()?;
+    let mut bytes = whole.checked_mul(factor)?;
+    if !frac.is_empty() {
+        // At most 18 fractional digits keep 10^digits and digits × factor (< 2^41) inside u128.
+        if factor == 1 || frac.len() > 18 {
+            return None;
+        }
+        let digits: u128 = frac.parse().ok()?;
+        let part = digits * u128::from(factor) / 10u128.pow(frac.len() as u32);
+        bytes = bytes.checked_add(u64::try_from(part).ok()?)?;
+    }
+    Some(bytes)
+}
+
+/// `--host-memory` and `--host-cores`, checked: a size above 0 bytes and 1 to
+/// [`crate::hardware::MAX_LOGICAL_CPUS`] cores.
+pub(crate) fn parse_host(
+    memory: Option<&str>,
+    cores: Option<u32>,
+) -> Result<crate::app::HostOverride, Failure> {
+    let memory_bytes = match memory {
+        None => None,
+        Some(m) => Some(parse_size(m).filter(|&b| b > 0).ok_or_else(|| {
+            Failure::new(
+                exit::USAGE,
+                anyhow::anyhow!(
+                    "--host-memory {m:?}: expected a size above 0, such as 512GiB, 1.5TiB, 64GB or a number of bytes"
+                ),
+            )
+        })?),
+    };
+    let max = crate::hardware::MAX_LOGICAL_CPUS;
+    if let Some(c) = cores
+        && !(1..=max).contains(&c)
+    {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("--host-cores {c}: expected 1 to {max} physical cores"),
+        ));
+    }
+    Ok(crate::app::HostOverride {
+        memory_bytes,
+        cores,
+    })
+}
+
 /// Writes `text` to stdout; a closed pipe (`optimizer inspect m.gguf | head`) is not an error.
 pub(crate) fn write_stdout(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();

@@ -39,14 +39,16 @@ pub(super) fn validate(common: &Common, paths: &[PathBuf]) -> Result<(), Failure
         .map(|e| &e.overrides)
         .chain(set.workloads.iter().map(|e| &e.overrides))
         .chain(set.rules.iter().map(|e| &e.overrides))
+        .chain(set.nodes.iter().map(|e| &e.overrides))
         .filter(|o| o.is_some())
         .count();
     write_stdout(&format!(
-        "{} files valid: {} hardware profiles, {} workloads, {} rule tables{}\n",
+        "{} files valid: {} hardware profiles, {} workloads, {} rule tables, {} nodes{}\n",
         files.len(),
         set.hardware.len(),
         set.workloads.len(),
         set.rules.len(),
+        set.nodes.len(),
         if overrides > 0 {
             format!(" ({overrides} overriding built-ins)")
         } else {
@@ -61,6 +63,9 @@ pub(super) enum ListKind {
     Hardware,
     Workloads,
     Rules,
+    /// Node profiles: the machines GPUs sit in (`--hardware dgx-h100`).
+    #[value(alias = "nodes")]
+    Node,
 }
 
 #[derive(Serialize)]
@@ -95,6 +100,12 @@ struct Listed<'a> {
     /// Rules: the rows of the table.
     #[serde(skip_serializing_if = "Option::is_none")]
     rows: Option<usize>,
+    /// Nodes: the GPUs (`8 x h100-sxm`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpus: Option<String>,
+    /// Nodes: the host's physical cores (its memory is `memory_bytes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    physical_cores: Option<u32>,
 }
 
 impl<'a> Listed<'a> {
@@ -113,6 +124,8 @@ impl<'a> Listed<'a> {
             objective: None,
             context: None,
             rows: None,
+            gpus: None,
+            physical_cores: None,
         }
     }
 }
@@ -200,6 +213,7 @@ pub(super) fn list(
     let mut hardware = Vec::new();
     let mut workloads = Vec::new();
     let mut rules = Vec::new();
+    let mut nodes = Vec::new();
     if wanted(ListKind::Hardware) {
         for e in &set.hardware {
             let p = &e.value;
@@ -235,6 +249,17 @@ pub(super) fn list(
             rules.push(r);
         }
     }
+    if wanted(ListKind::Node) {
+        for e in &set.nodes {
+            let p = &e.value;
+            let mut r = Listed::new(&p.id, "node", p.name.clone(), &e.origin);
+            r.overrides = e.overrides.as_ref().map(origin_path);
+            r.gpus = Some(format!("{} x {}", p.gpus.count, p.gpus.profile));
+            r.memory_bytes = Some(p.host.memory_bytes);
+            r.physical_cores = Some(p.host.physical_cores);
+            nodes.push(r);
+        }
+    }
     let text = match format {
         OutputFormat::Table => {
             let mut o = String::new();
@@ -243,6 +268,7 @@ pub(super) fn list(
                 .map(|(_, r)| r)
                 .chain(&workloads)
                 .chain(&rules)
+                .chain(&nodes)
                 .map(|r| r.id.len())
                 .max()
                 .unwrap_or(2)
@@ -311,6 +337,28 @@ pub(super) fn list(
                     );
                 }
             }
+            if !nodes.is_empty() {
+                if !o.is_empty() {
+                    o.push('\n');
+                }
+                let _ = writeln!(
+                    o,
+                    "{:<w$}  {:<18}  {:>5}  {:>7}  NAME",
+                    "NODE", "GPUS", "CORES", "MEM GiB"
+                );
+                for r in &nodes {
+                    let _ = writeln!(
+                        o,
+                        "{:<w$}  {:<18}  {:>5}  {:>7}  {}{}",
+                        r.id,
+                        r.gpus.as_deref().unwrap_or("-"),
+                        r.physical_cores.map_or("-".into(), |c| c.to_string()),
+                        figure(r.memory_bytes.map(crate::units::gib), 0),
+                        r.description,
+                        overrides(r)
+                    );
+                }
+            }
             o
         }
         f => {
@@ -319,6 +367,7 @@ pub(super) fn list(
                 .map(|(_, r)| r)
                 .chain(&workloads)
                 .chain(&rules)
+                .chain(&nodes)
                 .collect();
             render(&rows, f)?
         }

@@ -43,10 +43,18 @@ pub(super) struct RawResolve {
     #[arg(short = 'w', long, default_value = "inference")]
     workload: String,
     /// Plan for profiled GPUs instead of this machine's: ID or Nx:ID (e.g. a100-80gb-sxm, 2x:rtx-3090), the id
-    /// in any case or the product name `profiles list` shows ("RTX 4090"). The CPU and RAM stay this machine's
-    /// (or --inventory's).
+    /// in any case or the product name `profiles list` shows ("RTX 4090"). The CPU and RAM are --inventory's,
+    /// else this machine's, unless --host-memory/--host-cores say otherwise (the document warns which).
     #[arg(long)]
     hardware: Option<String>,
+    /// The planned node's host memory, replacing the probed or inventory host's (and a `--hardware` node's):
+    /// bytes, or a number with a unit, binary (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB): `512GiB`.
+    #[arg(long = "host-memory")]
+    host_memory: Option<String>,
+    /// The planned node's physical CPU cores, replacing the probed or inventory host's (threads and the
+    /// Kubernetes CPU request follow them).
+    #[arg(long = "host-cores")]
+    host_cores: Option<u32>,
     /// Plan for a cluster description (`optimizer schema cluster`) instead of this machine: its node type,
     /// one replica per node.
     #[arg(long, conflicts_with = "hardware")]
@@ -129,6 +137,7 @@ pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
             hardware: Hardware {
                 gpus: hardware,
                 cluster: raw.cluster,
+                host: super::parse_host(raw.host_memory.as_deref(), raw.host_cores)?,
             },
             overrides: Overrides {
                 context_length: raw.ctx_size,

@@ -115,7 +115,7 @@ fn the_builtin_set_is_valid() {
             .join("\n")
     );
     assert_eq!(
-        set.hardware.len() + set.workloads.len() + set.rules.len(),
+        set.hardware.len() + set.workloads.len() + set.rules.len() + set.nodes.len(),
         files.len()
     );
 }
@@ -648,5 +648,69 @@ fn more_overlay_files_than_the_cap_are_refused_naming_the_directory() {
         )),
         "{}",
         diags[0].message
+    );
+}
+
+/// A node profile naming [`GPU`]: 2 of them, 16 cores, 128 GiB, PCIe Gen4 x16.
+const NODE: &str = r#"
+id: test-node
+name: Test Node
+gpus: {profile: test-gpu, count: 2}
+host: {cpu: Test CPU, physical_cores: 16, logical_cpus: 32, memory_bytes: 137438953472}
+interconnect: {kind: pcie, pcie_gen: 4, pcie_lanes: 16}
+sources:
+  gpus.count: "test spec sheet"
+  host: "test spec sheet"
+  interconnect: "test spec sheet"
+"#;
+
+/// Node profiles are checked like the other kinds (schema, sources, limits) and against the set: the GPU
+/// profile they name must be in force (the diagnostic names the node and the GPU id), the interconnect must
+/// state what its kind needs, and fewer logical CPUs than cores is refused.
+#[test]
+fn node_profile_defects() {
+    let node = |text: &str| {
+        let mut files = base(GPU);
+        files.push(file(ProfileKind::Node, "test-node", text));
+        check(files)
+    };
+    assert_eq!(node(NODE), vec![]);
+    let d = node(&NODE.replace("profile: test-gpu", "profile: no-such-gpu"));
+    expect_one(
+        &d,
+        "nodes/test-node.yaml",
+        "/gpus/profile",
+        "\"no-such-gpu\"",
+    );
+    assert!(d[0].message.contains("\"test-node\""), "{d:?}");
+    expect_one(
+        &node(&NODE.replace("pcie_gen: 4, ", "")),
+        "nodes/test-node.yaml",
+        "/interconnect",
+        "pcie_gen and pcie_lanes",
+    );
+    expect_one(
+        &node(&NODE.replace("logical_cpus: 32", "logical_cpus: 8")),
+        "nodes/test-node.yaml",
+        "/host/logical_cpus",
+        "fewer than the 16 physical cores",
+    );
+    expect_one(
+        &node(&NODE.replace("  host: \"test spec sheet\"\n", "")),
+        "nodes/test-node.yaml",
+        "/host/physical_cores",
+        "no source",
+    );
+    expect_one(
+        &node(&NODE.replace("count: 2", "count: 65")),
+        "nodes/test-node.yaml",
+        "/gpus/count",
+        "at most 64",
+    );
+    expect_one(
+        &node(&NODE.replace("name: Test Node", "name: Test Node\nram: 1")),
+        "nodes/test-node.yaml",
+        "/",
+        "ram",
     );
 }

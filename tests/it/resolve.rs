@@ -240,8 +240,9 @@ fn fixture_machines_models_and_workloads() {
         &set,
     );
     assert_eq!(d.status, Status::NoFit);
+    // No llama-quantize type alone fits the 70B here, so none is suggested (issue 25: suggestions that fit).
     assert!(
-        d.suggestions
+        !d.suggestions
             .iter()
             .any(|s| s.contains("smaller quantization")),
         "{:?}",

@@ -77,47 +77,9 @@ const MACHINES: &[&str] = &[
     "cloud-8xh100.yaml",
 ];
 
-/// Why the MoE gaps remain: partial expert offload is outside the search's space.
-const PARTIAL_MOE: &str = "the search tries only every expert on the host (-ncmoe = layers), never a partial --n-cpu-moe (issue 25 item 1)";
 /// Cases where the default plan is known to score worse than the oracle's best, with the ratio measured when
 /// listed and why. Each must still fail (so a fix turns this test red until the entry is removed).
-const KNOWN_GAPS: &[(&str, f64, &str)] = &[
-    (
-        "desktop-rtx4080 mixtral-8x7b-q4_k_m batch-inference",
-        1.0713,
-        PARTIAL_MOE,
-    ),
-    (
-        "desktop-rtx4080 mixtral-8x7b-q4_k_m code-generation",
-        1.0906,
-        PARTIAL_MOE,
-    ),
-    (
-        "desktop-rtx4080 mixtral-8x7b-q4_k_m inference",
-        1.1353,
-        PARTIAL_MOE,
-    ),
-    (
-        "desktop-rtx4080 mixtral-8x7b-q4_k_m long-context",
-        1.5107,
-        PARTIAL_MOE,
-    ),
-    (
-        "amd-radeon mixtral-8x7b-q4_k_m batch-inference",
-        1.0125,
-        PARTIAL_MOE,
-    ),
-    (
-        "amd-radeon mixtral-8x7b-q4_k_m code-generation",
-        1.0114,
-        PARTIAL_MOE,
-    ),
-    (
-        "amd-radeon mixtral-8x7b-q4_k_m long-context",
-        1.0609,
-        PARTIAL_MOE,
-    ),
-];
+const KNOWN_GAPS: &[(&str, f64, &str)] = &[];
 
 /// The five models: dense 1B, 8B and 70B, an MoE and a sliding-window model (real headers, sparse data).
 fn models(dir: &std::path::Path) -> Vec<(&'static str, ModelSpec)> {

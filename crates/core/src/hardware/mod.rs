@@ -12,6 +12,10 @@ pub use inventory::{
     Bound, Caches, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory, MAX_LOGICAL_CPUS, Memory,
 };
 
+/// Most GPUs one node may hold in a plan. The largest single machines expose 16 GPUs (DGX-2, HGX-2); 64 leaves
+/// room for denser ones while bounding the placement search, which grows with the GPU count.
+pub const MAX_GPUS: usize = 64;
+
 /// Where an inventory comes from.
 pub trait Probe {
     fn inventory(&self) -> Result<Inventory, InventoryError>;

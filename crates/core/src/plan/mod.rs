@@ -44,9 +44,8 @@ pub struct Inputs<'a> {
     pub overrides: &'a Overrides,
 }
 
-/// Most GPUs one node may hold in a plan. The largest single machines expose 16 GPUs (DGX-2, HGX-2); 64 leaves
-/// room for denser ones while bounding the placement search, which grows with the GPU count.
-pub const MAX_GPUS: usize = 64;
+/// Most GPUs one node may hold in a plan (defined with the inventories, which node profiles are checked against).
+pub use crate::hardware::MAX_GPUS;
 
 /// The runtime that serves this model and workload: the one `--runtime` names, else by the model's format (GGUF:
 /// llama.cpp; safetensors: vLLM); training and fine-tuning workloads go to torch whatever the format (it refuses

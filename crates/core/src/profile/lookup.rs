@@ -6,7 +6,7 @@
 //! Trade-off: a name that several profiles share (`Apple M3 Max` for two GPU core counts) is refused with
 //! every id it could mean rather than resolved to one, so a plan is never made for a part the user did not pick.
 
-use super::{Entry, HardwareProfile, ProfileSet, WorkloadProfile, matching};
+use super::{Entry, HardwareProfile, NodeProfile, ProfileSet, WorkloadProfile, matching};
 
 /// A suggestion is offered when the edit distance is at most the typed id's length divided by this (at least
 /// one edit): `rtx-4900` (8 characters, one swap from `rtx-4090`) is close, `nope` is not close to `l4`. A
@@ -77,6 +77,12 @@ impl HasId for HardwareProfile {
     }
 }
 
+impl HasId for NodeProfile {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
 impl HasId for WorkloadProfile {
     fn id(&self) -> &str {
         &self.id
@@ -108,6 +114,25 @@ impl ProfileSet {
             ],
         )?;
         found.ok_or_else(|| unknown(KIND, wanted, self.hardware.iter().map(|e| e.value.id())))
+    }
+
+    /// The node profile `wanted` names, by its id in any case or spelling (`DGX H100` → `dgx-h100`); `None`
+    /// when none does (then `--hardware` looks for a hardware profile).
+    pub fn lookup_node(&self, wanted: &str) -> Option<&Entry<NodeProfile>> {
+        let lower = wanted.trim().to_lowercase();
+        let spelled = spelling(wanted);
+        first_unique(
+            "node profile",
+            wanted,
+            &self.nodes,
+            &[
+                &|p: &NodeProfile| p.id == wanted,
+                &|p: &NodeProfile| p.id.to_lowercase() == lower,
+                &|p: &NodeProfile| !spelled.is_empty() && p.id == spelled,
+            ],
+        )
+        .ok()
+        .flatten()
     }
 
     /// The workload preset `wanted` names: its id in any case or spelling (`Chat`, `code generation`).

@@ -1,4 +1,5 @@
-//! Profiles: hardware devices, workload presets and rule tables as validated YAML data.
+//! Profiles: hardware devices, nodes (the machines GPUs sit in), workload presets and rule tables as validated
+//! YAML data.
 //!
 //! The built-in set is embedded in the binary (an installed `optimizer` works anywhere) and overlaid by user
 //! directories (`$XDG_CONFIG_HOME/optimizer/profiles`, then each `--profiles DIR`). Every file is checked against
@@ -31,12 +32,14 @@
 
 pub mod lookup;
 pub mod matching;
+mod node_inventory;
 pub mod rulebook;
 pub mod types;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use node_inventory::node_inventory;
 pub use rulebook::{RuleBook, RuleRow};
 pub use types::*;
 pub use validate::Diagnostic;
@@ -45,12 +48,14 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded_profiles.rs"));
 }
 
-/// The three kinds of profile file, by directory.
+/// The kinds of profile file, by directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProfileKind {
     Hardware,
     Workload,
     Rules,
+    /// A machine: its GPUs (a hardware profile and a count), host and GPU links.
+    Node,
 }
 
 impl ProfileKind {
@@ -60,6 +65,7 @@ impl ProfileKind {
             ProfileKind::Hardware => "hardware",
             ProfileKind::Workload => "workloads",
             ProfileKind::Rules => "rules",
+            ProfileKind::Node => "nodes",
         }
     }
 
@@ -69,6 +75,7 @@ impl ProfileKind {
             ProfileKind::Hardware => "hardware-profile",
             ProfileKind::Workload => "workload",
             ProfileKind::Rules => "rules",
+            ProfileKind::Node => "node",
         }
     }
 
@@ -77,6 +84,7 @@ impl ProfileKind {
             "hardware" => Some(ProfileKind::Hardware),
             "workloads" => Some(ProfileKind::Workload),
             "rules" => Some(ProfileKind::Rules),
+            "nodes" => Some(ProfileKind::Node),
             _ => None,
         }
     }
@@ -90,6 +98,7 @@ pub fn json_schema(kind: ProfileKind) -> serde_json::Value {
         ProfileKind::Hardware => schemars::schema_for!(HardwareProfile),
         ProfileKind::Workload => schemars::schema_for!(WorkloadProfile),
         ProfileKind::Rules => schemars::schema_for!(RuleTable),
+        ProfileKind::Node => schemars::schema_for!(NodeProfile),
     };
     serde_json::to_value(schema).unwrap_or(serde_json::Value::Null)
 }
@@ -120,6 +129,8 @@ pub struct ProfileSet {
     pub hardware: Vec<Entry<HardwareProfile>>,
     pub workloads: Vec<Entry<WorkloadProfile>>,
     pub rules: Vec<Entry<RuleTable>>,
+    /// Node profiles (`--hardware dgx-h100`); [`ProfileSet::new`] leaves them empty.
+    pub nodes: Vec<Entry<NodeProfile>>,
     book: std::sync::OnceLock<RuleBook>,
 }
 
@@ -130,6 +141,7 @@ impl std::fmt::Debug for ProfileSet {
             .field("hardware", &self.hardware)
             .field("workloads", &self.workloads)
             .field("rules", &self.rules)
+            .field("nodes", &self.nodes)
             .finish_non_exhaustive()
     }
 }
@@ -157,6 +169,11 @@ impl ProfileSet {
 
     pub fn workload(&self, id: &str) -> Option<&Entry<WorkloadProfile>> {
         self.workloads.iter().find(|e| e.value.id == id)
+    }
+
+    /// The node profile with exactly this id.
+    pub fn node(&self, id: &str) -> Option<&Entry<NodeProfile>> {
+        self.nodes.iter().find(|e| e.value.id == id)
     }
 
     /// Id of the memory-reserve row giving llama.cpp's per-GPU runtime overhead (CUDA context, cuBLAS
@@ -190,6 +207,7 @@ impl ProfileSet {
             hardware,
             workloads,
             rules,
+            nodes: Vec::new(),
             book: std::sync::OnceLock::new(),
         }
     }
@@ -304,7 +322,7 @@ pub fn builtin_files() -> Vec<SourceFile> {
 }
 
 /// Reads profile files from paths: a file, or a directory searched for `*.yaml` (recursively). A file's kind
-/// comes from its parent directory's name (`hardware`, `workloads`, `rules`), else from its content.
+/// comes from its parent directory's name (`hardware`, `workloads`, `rules`, `nodes`), else from its content.
 ///
 /// A file reached by several names (links, hard links, a path given twice) is read once, under the first of
 /// its names in sorted order: files are identified by (device, inode) before anything is read, so 3,000 links
@@ -536,10 +554,11 @@ pub fn builtin_set() -> Result<ProfileSet, Vec<Diagnostic>> {
             Some(ProfileKind::Hardware) => entry(json, &origin).map(|e| set.hardware.push(e)),
             Some(ProfileKind::Workload) => entry(json, &origin).map(|e| set.workloads.push(e)),
             Some(ProfileKind::Rules) => entry(json, &origin).map(|e| set.rules.push(e)),
+            Some(ProfileKind::Node) => entry(json, &origin).map(|e| set.nodes.push(e)),
             None => Err(Diagnostic {
                 path: origin.path.clone(),
                 instance_path: String::new(),
-                message: "built-in profile outside hardware/, workloads/ or rules/".into(),
+                message: "built-in profile outside hardware/, workloads/, rules/ or nodes/".into(),
             }),
         };
         if let Err(d) = pushed {

@@ -643,3 +643,66 @@ pub enum RuleTable {
         rules: Vec<KvCacheRule>,
     },
 }
+
+/// How a node's GPUs talk to each other: through NVSwitch (every GPU at full NVLink bandwidth to every other),
+/// point-to-point NVLink, PCIe only, or one unified memory (a single Apple SoC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeLink {
+    Nvswitch,
+    Nvlink,
+    Pcie,
+    Unified,
+}
+
+/// The GPUs of a node: a hardware profile id and how many.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeGpus {
+    /// A hardware profile id (`h100-sxm`, `apple-m2-ultra`).
+    pub profile: String,
+    pub count: u32,
+}
+
+/// The host of a node: what `--host-cores` and `--host-memory` would state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeHost {
+    /// CPU model(s) as the vendor names them (`2x AMD EPYC 7742`).
+    pub cpu: String,
+    pub physical_cores: u32,
+    /// Hardware threads (a cloud instance's vCPUs); absent: as many as physical cores (no SMT assumed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logical_cpus: Option<u32>,
+    /// System memory in bytes (DIMM and unified-memory "GB" are GiB: 2 TB of 64 GB DIMMs = 2^41 bytes).
+    pub memory_bytes: u64,
+}
+
+/// The links between a node's GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeInterconnect {
+    pub kind: NodeLink,
+    /// NVLink bandwidth per GPU in GB/s, both directions (`nvswitch` and `nvlink` nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_gb_s: Option<f64>,
+    /// PCIe generation and lanes per GPU (`pcie` nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_gen: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_lanes: Option<u32>,
+}
+
+/// A machine the GPUs sit in (a DGX, a cloud instance, a Mac): `--hardware ID` plans its GPUs with its host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeProfile {
+    /// Lower-kebab-case of the product or instance name: `dgx-h100`, `p5-48xlarge`.
+    pub id: String,
+    pub name: String,
+    pub gpus: NodeGpus,
+    pub host: NodeHost,
+    pub interconnect: NodeInterconnect,
+    /// Where each number comes from, by field path or parent path (a vendor page per figure).
+    pub sources: BTreeMap<String, String>,
+}

@@ -7,9 +7,11 @@
 //! capabilities are well formed. Across files: ids are unique, rule ids are unique across every table and no
 //! two rule rows answer the same query (the overlay semantics in [`super`]), a hardware profile's architecture
 //! exists and its TFLOPS agree with SMs × boost clock × the architecture's per-SM rate (within
-//! [`TFLOPS_TOLERANCE`]), and no device would match two profiles.
+//! [`TFLOPS_TOLERANCE`]), no device would match two profiles, and a node names a GPU profile in force
+//! (`node.rs`).
 
 mod hardware;
+mod node;
 mod rules;
 mod schema;
 mod set;
@@ -18,10 +20,11 @@ mod workload;
 
 use serde_json::Value;
 
-use super::types::{HardwareProfile, RuleTable, WorkloadProfile};
+use super::types::{HardwareProfile, NodeProfile, RuleTable, WorkloadProfile};
 use super::{Entry, Origin, ProfileKind, ProfileSet, SourceFile};
 
 use hardware::check_hardware;
+use node::{check_node, check_nodes};
 use rules::{check_rules, table_id};
 use schema::{rule_table_validator, sniff, validator};
 use set::check_set;
@@ -192,7 +195,7 @@ fn validate_into(
         let Some(kind) = f.kind.or_else(|| sniff(&value)) else {
             d(
                 String::new(),
-                "cannot tell the kind of profile: put it under hardware/, workloads/ or rules/"
+                "cannot tell the kind of profile: put it under hardware/, workloads/, rules/ or nodes/"
                     .into(),
             );
             continue;
@@ -275,9 +278,18 @@ fn validate_into(
                 }
                 Err(e) => d("/".into(), e.to_string()),
             },
+            ProfileKind::Node => match serde_json::from_value::<NodeProfile>(value.clone()) {
+                Ok(n) => {
+                    check_id(&n.id, &mut d);
+                    check_node(&n, &value, &mut d);
+                    insert(&mut set.nodes, n, f.origin.clone(), |x| &x.id, &mut diags);
+                }
+                Err(e) => d("/".into(), e.to_string()),
+            },
         }
     }
     check_set(&set, with_builtin_rules, &mut diags);
+    check_nodes(&set, with_builtin_rules, &mut diags);
     set.rule_book();
     (set, diags)
 }

@@ -12,10 +12,12 @@ pub(super) fn validator(kind: ProfileKind) -> Result<&'static jsonschema::Valida
     static HW: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
     static WL: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
     static RU: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+    static NO: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
     let cell = match kind {
         ProfileKind::Hardware => &HW,
         ProfileKind::Workload => &WL,
         ProfileKind::Rules => &RU,
+        ProfileKind::Node => &NO,
     };
     let name = kind.schema_name();
     cell.get_or_init(|| {
@@ -68,6 +70,8 @@ pub(super) fn sniff(v: &Value) -> Option<ProfileKind> {
     let o = v.as_object()?;
     if o.contains_key("rules") && o.contains_key("kind") {
         Some(ProfileKind::Rules)
+    } else if o.contains_key("gpus") && o.contains_key("host") {
+        Some(ProfileKind::Node)
     } else if o.contains_key("mode") || o.contains_key("objective") {
         Some(ProfileKind::Workload)
     } else if o.contains_key("vendor") || o.contains_key("memory") {

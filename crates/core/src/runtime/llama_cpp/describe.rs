@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::quantize::largest_below;
 use super::{CTX_STEP, LlamaCpp, Point, launch};
 use crate::emit::{Provenance, Settings, Source, Stage, Strategy, Topology};
 use crate::fleet::DeviceId;
@@ -383,8 +384,14 @@ impl LlamaCpp<'_> {
         })
     }
 
-    /// The smallest changes that would make the nearest candidate fit.
-    pub(super) fn suggest(&self, near: &Candidate<Point>, all: &[Candidate<Point>]) -> Vec<String> {
+    /// The smallest changes that would make the nearest candidate fit. Each flag change is checked before it is
+    /// offered: the nearest candidate's placement re-evaluated with the changed knob fits, so the re-plan with the
+    /// flags (`(resolve FLAGS)`, docs/resolve.md) has at least that candidate.
+    pub(super) fn suggest(
+        &self,
+        near: &Candidate<Point>,
+        _all: &[Candidate<Point>],
+    ) -> Vec<String> {
         let w = self.workload();
         let model = self.req.model;
         use crate::units::gib;
@@ -402,36 +409,96 @@ impl LlamaCpp<'_> {
             self.label(near),
             gib(overflow)
         )];
+        let fits = |p: &Point, ctx: u32| self.evaluate(p, ctx).is_ok_and(|e| e.fits());
+        // A shorter context: the longest multiple of the context step below the nearest one that fits (memory
+        // grows with the context, so the first from the top is the longest).
+        let shorter = largest_below(1, near.size.div_ceil(CTX_STEP), |k| {
+            fits(&near.point, k * CTX_STEP)
+        })
+        .map(|k| k * CTX_STEP);
+        if let Some(c) = shorter {
+            s.push(format!(
+                "a shorter context: {c} tokens per sequence instead of {} (resolve -c {c})",
+                near.size
+            ));
+        }
+        // Fewer sequences: the most below the nearest candidate's count that fit at its context.
+        let fewer = largest_below(1, near.point.parallel, |n| {
+            fits(
+                &Point {
+                    parallel: n,
+                    ..near.point.clone()
+                },
+                near.size,
+            )
+        });
+        if let Some(n) = fewer {
+            s.push(format!(
+                "fewer sequences: {n} instead of {} at {} tokens each (resolve --parallel {n})",
+                near.point.parallel, near.size
+            ));
+        }
+        // A pinned -ngl: the most layers on the GPUs that fit, the rest on the host (the hybrid rungs the search
+        // climbs when -ngl is not pinned; 0 is the CPU plan).
+        if self.req.overrides.gpu_layers.is_some() && near.point.ngl > 0 {
+            let mut order: Vec<usize> = (0..self.gpus.len()).collect();
+            order.sort_by(|&a, &b| {
+                self.gpus[b]
+                    .capacity_bytes
+                    .cmp(&self.gpus[a].capacity_bytes)
+                    .then(a.cmp(&b))
+            });
+            let rung = |ngl: u32| Point {
+                strategy: if ngl == 0 {
+                    Strategy::Cpu
+                } else {
+                    Strategy::Hybrid
+                },
+                gpus: if ngl == 0 { Vec::new() } else { order.clone() },
+                ngl,
+                cpu_moe: 0,
+                ..near.point.clone()
+            };
+            if let Some(n) = (0..near.point.ngl.min(self.all_layers()))
+                .rev()
+                .find(|&n| fits(&rung(n), near.size))
+            {
+                s.push(format!(
+                    "fewer layers on the GPUs: {n} instead of {} (resolve --n-gpu-layers {n})",
+                    near.point.ngl
+                ));
+            }
+        }
         let kv: u64 = near
             .eval
             .memory
             .iter()
             .map(|d| d.components.kv_cache_bytes)
             .sum();
-        if kv >= overflow && overflow > 0 {
-            let keep = 1.0 - overflow as f64 / kv as f64;
-            let shorter =
-                ((f64::from(near.size) * keep) as u32 / CTX_STEP * CTX_STEP).max(CTX_STEP);
+        if near.point.kv == GgmlType::F16
+            && !w
+                .precision
+                .kv_cache
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(GgmlType::Q8_0.name()))
+            && fits(
+                &Point {
+                    kv: GgmlType::Q8_0,
+                    ..near.point.clone()
+                },
+                near.size,
+            )
+        {
+            // No flag sets the KV cache type: the workload's preferences do (a profile overlay, --profiles DIR).
             s.push(format!(
-                "a shorter context: about {shorter} tokens per sequence (resolve -c {shorter}) frees the {:.2} GiB in KV cache",
-                gib(overflow)
-            ));
-            if near.point.parallel > 1 {
-                s.push(format!(
-                    "fewer sequences: --parallel {} frees KV cache in proportion",
-                    (f64::from(near.point.parallel) * keep).floor().max(1.0) as u32
-                ));
-            }
-        }
-        if near.point.kv == GgmlType::F16 && !all.iter().any(|c| c.point.kv == GgmlType::Q8_0) {
-            s.push(format!(
-                "a q8_0 KV cache (-ctk q8_0 -ctv q8_0) halves the KV cache ({:.2} GiB now); add q8_0 to workload {}'s kv_cache preferences",
+                "a q8_0 KV cache (-ctk q8_0 -ctv q8_0) halves the KV cache ({:.2} GiB now) and fits: add q8_0 to workload {}'s kv_cache preferences in an overlay (--profiles DIR)",
                 gib(kv),
                 w.id
             ));
         }
         // llama.cpp moves layers between the GPUs and the host, so a quantization fits when the whole plan fits
-        // the devices together: its weights shrink with the bits per weight, the KV cache and buffers stay.
+        // the devices together: its weights shrink with the bits per weight, the KV cache and buffers stay. Only
+        // types below the model's own bits per weight are named (a Q4 file is never told to become Q5).
         let need: u64 = near.eval.memory.iter().map(|d| d.total_bytes).sum();
         let room: u64 = near
             .eval
@@ -447,32 +514,22 @@ impl LlamaCpp<'_> {
             .sum();
         let deficit = need.saturating_sub(room);
         let bpw = model.bits_per_weight();
-        match super::quantize::smallest_change(bpw, weights, model.tensor_bytes(), deficit) {
-            Some((q, total, _)) if deficit > 0 => s.push(format!(
-                "a smaller quantization: {} (about {:.2} bits per weight, from {bpw:.2}) takes about {:.2} GiB of weights instead of {:.2} GiB, which with this plan's KV cache and buffers fits the {:.2} GiB the devices hold together (llama-quantize MODEL-F16.gguf OUT.gguf {})",
+        if let Some((q, total, _)) =
+            super::quantize::smallest_change(bpw, weights, model.tensor_bytes(), deficit)
+                .filter(|_| deficit > 0)
+        {
+            s.push(format!(
+                "another model file, a smaller quantization: {} (about {:.2} bits per weight, from {bpw:.2}) takes about {:.2} GiB of weights instead of {:.2} GiB, which with this plan's KV cache and buffers fits the {:.2} GiB the devices hold together (llama-quantize MODEL-F16.gguf OUT.gguf {}, then -m OUT.gguf)",
                 q.name,
                 q.bits_per_weight,
                 gib(total),
                 gib(model.tensor_bytes()),
                 gib(room),
                 q.name
-            )),
-            _ => s.push(format!(
-                "a smaller quantization of this model: its weights take {:.2} GiB at {bpw:.2} bits per weight{}",
-                gib(model.tensor_bytes()),
-                if deficit > 0 {
-                    format!(
-                        ", and no llama-quantize type alone brings this plan's {:.2} GiB within the {:.2} GiB the devices hold together",
-                        gib(need),
-                        gib(room)
-                    )
-                } else {
-                    String::new()
-                }
-            )),
+            ));
         }
         s.push(format!(
-            "or {:.2} GiB more free memory on the fullest device",
+            "or hardware with {:.2} GiB more free memory on the fullest device",
             gib(overflow)
         ));
         s

@@ -1,8 +1,9 @@
 //! llama.cpp behind the runtime seam: GGUF inference through llama-server (and Ollama). Its candidate space is
-//! placement (CPU, every layer on the k GPUs with the most free memory, routed experts on the host, or a hybrid
-//! ladder of `-ngl`) × KV cache type × micro-batch × sequences, with the context per sequence as the size knob;
-//! its memory model is [`optimizer_memory::llama_cpp`] (exact against the pinned engine's dry runs); its topology
-//! is the layer pipeline llama.cpp builds ([`topology::loads`]); its artifacts are in [`launch`].
+//! placement (CPU, every layer on the k GPUs with the most free memory, the routed experts of the first N layers
+//! on the host, or a hybrid ladder of `-ngl`: `ladders.rs`) × KV cache type × micro-batch × sequences, with the
+//! context per sequence as the size knob; its memory model is [`optimizer_memory::llama_cpp`] (exact against the
+//! pinned engine's dry runs); its topology is the layer pipeline llama.cpp builds ([`topology::loads`]); its
+//! artifacts are in [`launch`].
 //!
 //! Trade-off: on identical GPUs, full offload on 1..k GPUs is one ladder, so only the fewest GPUs that hold the
 //! model are fitted: a layer split runs its devices one after another, so more identical GPUs never decode
@@ -10,6 +11,7 @@
 
 mod arch;
 mod describe;
+mod ladders;
 pub mod launch;
 pub mod quantize;
 pub mod topology;
@@ -347,31 +349,6 @@ impl<'a> LlamaCpp<'a> {
         }
     }
 
-    /// The planned GPUs are identical (one profile, one capacity): more of them never decode faster.
-    fn identical_gpus(&self) -> bool {
-        self.gpus.windows(2).all(|w| {
-            w[0].profile == w[1].profile
-                && w[0].capacity_bytes == w[1].capacity_bytes
-                && w[0].unified_memory == w[1].unified_memory
-        })
-    }
-
-    fn with_kv_ub_np(&self, base: &Point, f: &mut dyn FnMut(Point)) {
-        for &kv in &self.kv_types {
-            if kv.is_quantized() && !self.fa {
-                continue;
-            }
-            for &ub in self.ubatches {
-                f(Point {
-                    kv,
-                    ubatch: ub,
-                    parallel: self.n_par,
-                    ..base.clone()
-                });
-            }
-        }
-    }
-
     fn settings(&self, c: &Candidate<Point>) -> LlamaCppSettings {
         let p = &c.point;
         let per_gpu: Vec<u64> = p
@@ -460,79 +437,7 @@ impl Runtime for LlamaCpp<'_> {
     }
 
     fn ladders(&self) -> Vec<Vec<Point>> {
-        let all = self.all_layers();
-        let is_moe = self.req.model.hparams.expert_count.unwrap_or(0) > 0;
-        let base = |strategy, gpus: Vec<usize>, ngl, cpu_moe| Point {
-            strategy,
-            gpus,
-            ngl,
-            cpu_moe,
-            kv: GgmlType::F16,
-            ubatch: 512,
-            parallel: self.n_par,
-        };
-        // Placements: full offload on the k GPUs with the most free memory for every k; partial offload only on
-        // all of them, since taking a GPU away can only move layers back to the slower host.
-        let mut order: Vec<usize> = (0..self.gpus.len()).collect();
-        order.sort_by(|&a, &b| {
-            self.gpus[b]
-                .capacity_bytes
-                .cmp(&self.gpus[a].capacity_bytes)
-                .then(a.cmp(&b))
-        });
-        let mut placements: Vec<Vec<Point>> = vec![vec![base(Strategy::Cpu, vec![], 0, 0)]];
-        let (mut full, mut moe) = (Vec::new(), Vec::new());
-        for k in 1..=self.gpus.len() {
-            let used = order[..k].to_vec();
-            let strategy = if k == 1 {
-                Strategy::Gpu
-            } else {
-                Strategy::MultiGpu
-            };
-            full.push(base(strategy, used.clone(), all, 0));
-            if is_moe {
-                moe.push(base(Strategy::MoeCpu, used, all, self.n_layer));
-            }
-        }
-        if self.identical_gpus() {
-            // One ladder from one GPU up: the fewest identical GPUs that hold the model decode as fast as more
-            // (the layer split runs them one after another) in less memory.
-            placements.extend([full, moe].into_iter().filter(|l| !l.is_empty()));
-        } else {
-            placements.extend(full.into_iter().chain(moe).map(|p| vec![p]));
-        }
-        if !self.gpus.is_empty() {
-            placements.push(
-                (1..all)
-                    .rev()
-                    .map(|ngl| base(Strategy::Hybrid, order.clone(), ngl, 0))
-                    .collect(),
-            );
-        }
-        if let Some(ngl) = self.req.overrides.gpu_layers {
-            let want = ngl.min(all);
-            for ladder in &mut placements {
-                ladder.retain(|p| p.ngl == want || (ngl == 0 && p.strategy == Strategy::Cpu));
-            }
-            placements.retain(|l| !l.is_empty());
-        }
-        // Every placement for every KV type and micro-batch; one ladder each.
-        let mut out = Vec::new();
-        for ladder in placements {
-            let mut by_variant: Vec<Vec<Point>> = Vec::new();
-            for (i, rung) in ladder.iter().enumerate() {
-                let mut j = 0;
-                self.with_kv_ub_np(rung, &mut |p| {
-                    if i == 0 {
-                        by_variant.push(Vec::with_capacity(ladder.len()));
-                    }
-                    by_variant[j].push(p);
-                    j += 1;
-                });
-            }
-            out.extend(by_variant);
-        }
-        out
+        self.placement_ladders()
     }
 
     fn size(&self) -> Size {

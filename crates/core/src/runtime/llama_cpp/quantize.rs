@@ -73,9 +73,35 @@ pub fn smallest_change(
         })
 }
 
+/// The largest `x` in `lo..hi` with `ok(x)`, where `ok` holds up to some threshold and not above (memory grows
+/// with the context and the sequences; shared by the engines' no-fit suggestions): a bisection, so a suggestion costs a few evaluations, not one per value.
+pub(crate) fn largest_below(lo: u32, hi: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
+    if lo >= hi || !ok(lo) {
+        return None;
+    }
+    let (mut good, mut bad) = (lo, hi);
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        if ok(mid) {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Some(good)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bisection_finds_the_largest_value_that_holds() {
+        assert_eq!(largest_below(1, 100, |x| x <= 37), Some(37));
+        assert_eq!(largest_below(1, 100, |x| x <= 500), Some(99));
+        assert_eq!(largest_below(1, 100, |_| false), None);
+        assert_eq!(largest_below(5, 5, |_| true), None);
+    }
 
     #[test]
     fn k_mixes_convert_the_engines_llama3_8b_sizes_to_bits_per_weight() {

@@ -327,9 +327,9 @@ impl Runtime for Torch<'_> {
                 s.push(format!(
                     "{} instead of {}: {:.2} GiB per GPU at micro-batch 1 with gradient checkpointing (base {:.2} GiB, adapters, gradients and optimizer {:.2} GiB, activations {:.2} GiB)",
                     match method {
-                        Method::Qlora => "QLoRA (LoRA over an NF4 base; workload fine-tune-qlora)",
-                        Method::LoraInt8 => "LoRA over an 8-bit base (base_quantization: int8)",
-                        _ => "LoRA (workload fine-tune-lora)",
+                        Method::Qlora => "QLoRA, LoRA over an NF4 base (resolve -w fine-tune-qlora)",
+                        Method::LoraInt8 => "LoRA over an 8-bit base (a workload with base_quantization: int8)",
+                        _ => "LoRA (resolve -w fine-tune-lora)",
                     },
                     near.point.method.name(),
                     gib(b.gpu_total() + self.overhead.0),
@@ -353,7 +353,7 @@ impl Runtime for Torch<'_> {
             .is_some()
             {
                 s.push(format!(
-                    "shorter sequences: -c {seq} tokens fits with gradient checkpointing at micro-batch 1 ({} now)",
+                    "shorter sequences: {seq} tokens fits with gradient checkpointing at micro-batch 1 ({} now) (resolve -c {seq})",
                     self.sequence
                 ));
                 break;
@@ -366,7 +366,7 @@ impl Runtime for Torch<'_> {
             {
                 {
                     s.push(format!(
-                        "more GPUs: ZeRO-3 over {n} GPUs like {} fits ({} here): parameters, gradients and optimizer states are split {n} ways (--hardware {n}x:{})",
+                        "more GPUs: ZeRO-3 over {n} GPUs like {} fits ({} here): parameters, gradients and optimizer states are split {n} ways (resolve --hardware {n}x:{})",
                         self.gpus[0].name,
                         self.processes(),
                         self.gpus[0].profile

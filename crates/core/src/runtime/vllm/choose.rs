@@ -111,11 +111,14 @@ pub(super) fn quantization_method(
     Some((name.to_string(), why.to_string()))
 }
 
+/// The compute capability from which an fp8 (e4m3) KV cache is native (Ada, Hopper, Blackwell).
+pub(super) const FP8_KV_MIN_CC: (u32, u32) = (8, 9);
+
 /// KV cache dtypes the workload allows, in its order: its 16-bit types are vLLM's `auto` (the model dtype), an
 /// 8-bit type (`q8_0`, `fp8`) is vLLM's `fp8` (e4m3) where the GPU has FP8 (compute capability 8.9+: Ada,
 /// Hopper, Blackwell). Other types have no vLLM counterpart and are skipped.
 pub(super) fn kv_types(w: &WorkloadProfile, cc: Option<(u32, u32)>) -> Vec<(KvCacheDtype, String)> {
-    let fp8_ok = cc.is_some_and(|c| c >= (8, 9));
+    let fp8_ok = cc.is_some_and(|c| c >= FP8_KV_MIN_CC);
     let mut out: Vec<(KvCacheDtype, String)> = Vec::new();
     for n in &w.precision.kv_cache {
         let t = match n.to_lowercase().as_str() {

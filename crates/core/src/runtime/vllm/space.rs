@@ -7,6 +7,7 @@ use crate::runtime::{Candidate, Described, Eval, Runtime, RuntimeId, Size};
 use optimizer_memory::vllm::{self as mem, KvCacheDtype};
 
 use super::{EAGER_LAUNCH_PER_LAYER_S, Point, Vllm};
+use crate::runtime::llama_cpp::quantize::largest_below;
 
 impl Runtime for Vllm<'_> {
     type Point = Point;
@@ -210,6 +211,10 @@ impl Runtime for Vllm<'_> {
         self.describe_chosen(c)
     }
 
+    /// Each flag change is checked before it is offered (the nearest candidate re-evaluated with it fits), so
+    /// following `(resolve FLAGS)` (docs/resolve.md) re-plans with at least that candidate. An fp8 KV cache is
+    /// named only where vLLM runs it on these GPUs (`choose::kv_types`: compute capability 8.9+), a quantized
+    /// checkpoint only for a checkpoint that is not quantized already and only when its weights would fit.
     fn suggestions(&self, near: &Candidate<Point>, _all: &[Candidate<Point>]) -> Vec<String> {
         use crate::units::gib;
         let mut s = vec![format!(
@@ -220,43 +225,72 @@ impl Runtime for Vllm<'_> {
         let Ok(m) = self.memory(&near.point, near.size) else {
             return s;
         };
-        let per_seq = m.kv.min_bytes;
-        if per_seq > 0 && near.eval.overflow > 0 {
-            let room = m.cap.saturating_sub(m.reserve).saturating_sub(m.non_kv);
-            let seqs_fit = room / per_seq;
-            if seqs_fit >= 1 && near.point.max_num_seqs > 1 {
-                s.push(format!(
-                    "fewer sequences: --parallel {seqs_fit} at --max-model-len {} fits the KV cache left after the weights",
-                    near.size
-                ));
-            }
-            let tokens_fit = (room as f64 / per_seq as f64 * f64::from(near.size)
-                / f64::from(near.point.max_num_seqs.max(1))) as u64;
-            let shorter = tokens_fit / u64::from(mem::DEFAULT_BLOCK_SIZE)
-                * u64::from(mem::DEFAULT_BLOCK_SIZE);
-            if shorter >= u64::from(mem::DEFAULT_BLOCK_SIZE) {
-                s.push(format!(
-                    "a shorter context: about -c {shorter} tokens per sequence"
-                ));
-            }
+        let fits = |p: &Point, len: u32| self.evaluate(p, len).is_ok_and(|e| e.fits());
+        if let Some(n) = largest_below(1, near.point.max_num_seqs, |n| {
+            fits(
+                &Point {
+                    max_num_seqs: n,
+                    ..near.point.clone()
+                },
+                near.size,
+            )
+        }) {
+            s.push(format!(
+                "fewer sequences: --max-num-seqs {n} instead of {} at --max-model-len {} (resolve --parallel {n})",
+                near.point.max_num_seqs, near.size
+            ));
+        }
+        // vLLM allocates the KV cache in blocks: the longest whole number of blocks below the nearest length.
+        let block = mem::DEFAULT_BLOCK_SIZE;
+        if let Some(len) = largest_below(1, near.size.div_ceil(block), |k| {
+            fits(&near.point, k * block)
+        })
+        .map(|k| k * block)
+        {
+            s.push(format!(
+                "a shorter context: --max-model-len {len} instead of {} (resolve -c {len})",
+                near.size
+            ));
         }
         if !self.tp_sizes.iter().any(|&t| t > near.point.tp) {
             s.push(format!(
-                "more GPUs: its weights take {:.2} GiB per GPU at tensor parallel {}",
+                "other hardware, more GPUs: its weights take {:.2} GiB per GPU at tensor parallel {}",
                 gib(m.nk.weights.per_rank_bytes),
                 near.point.tp
             ));
         }
-        if !self.kv_types.iter().any(|(k, _)| *k == KvCacheDtype::Fp8) {
+        let cc = self.gpus.iter().filter_map(|g| g.compute_capability).min();
+        let fp8 = Point {
+            kv: KvCacheDtype::Fp8,
+            ..near.point.clone()
+        };
+        if near.point.kv != KvCacheDtype::Fp8
+            && cc.is_some_and(|c| c >= super::choose::FP8_KV_MIN_CC)
+            && !self.kv_types.iter().any(|(k, _)| *k == KvCacheDtype::Fp8)
+            && fits(&fp8, near.size)
+        {
+            // No flag sets the KV cache type: the workload's preferences do (a profile overlay, --profiles DIR).
             s.push(format!(
-                "an fp8 KV cache halves it (GPUs of compute capability 8.9+; add q8_0 to workload {}'s kv_cache preferences)",
+                "an fp8 KV cache (--kv-cache-dtype fp8) fits: add q8_0 to workload {}'s kv_cache preferences in an overlay (--profiles DIR)",
                 self.workload().id
             ));
         }
-        s.push(format!(
-            "a quantized checkpoint (AWQ, GPTQ, FP8) of this model: its weights take {:.2} GiB",
-            gib(self.req.model.tensor_bytes())
-        ));
+        // A 4-bit AWQ/GPTQ checkpoint of an unquantized one: its linear weights at 4 bits plus a 16-bit scale and
+        // a 4-bit zero point per group of 128 (AutoAWQ's and GPTQ's default group size).
+        let model = self.req.model;
+        let bpw = model.bits_per_weight();
+        let int4_bpw = 4.0 + (16.0 + 4.0) / 128.0;
+        if model.hparams.quantization.is_none() && self.quantization.is_none() && bpw > int4_bpw {
+            let per_rank = m.nk.weights.per_rank_bytes;
+            let saved = (per_rank as f64 * (1.0 - int4_bpw / bpw)) as u64;
+            if saved >= near.eval.overflow {
+                s.push(format!(
+                    "another checkpoint, 4-bit AWQ or GPTQ of this model: about {:.2} GiB of weights per GPU instead of {:.2} GiB at {bpw:.2} bits per weight, which fits (-m THAT-CHECKPOINT)",
+                    gib((per_rank as f64 * int4_bpw / bpw) as u64),
+                    gib(per_rank)
+                ));
+            }
+        }
         s
     }
 }
