@@ -48,9 +48,10 @@ def main():
               for h in PROFILED]
     compared = diffs = 0
     for (glob, extra), m, w in itertools.product(cases, models, WORKLOADS):
-        args = glob + ["--db", str(tmp / "db"), "resolve", "-m", str(m), "-w", w] + extra
-        a = subprocess.run([old] + args, capture_output=True, text=True)
-        b = subprocess.run([new] + args, capture_output=True, text=True)
+        # One database per binary: a newer store schema is refused by an older binary.
+        args = lambda db: glob + ["--db", str(tmp / db), "resolve", "-m", str(m), "-w", w] + extra
+        a = subprocess.run([old] + args("db-old"), capture_output=True, text=True)
+        b = subprocess.run([new] + args("db-new"), capture_output=True, text=True)
         label = f"{' '.join(glob[1:] + extra).replace(str(ROOT) + '/', '')} {m.name} {w}"
         if a.returncode != b.returncode:
             diffs += 1
