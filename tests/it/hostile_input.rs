@@ -6,10 +6,9 @@
 use crate::common;
 use common::{bin, fixture, root};
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Past this a command is taken to hang. Every command here finishes in well under a second when correct; the
 /// deadline only has to separate "finished" from "blocked forever" on a loaded machine.
@@ -17,48 +16,14 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Runs the binary with `args` (and no environment overlays), killing it at [`DEADLINE`].
 fn run(args: &[&str], home: &Path) -> Output {
-    let mut child = bin()
-        .args(args)
+    let mut cmd = bin();
+    cmd.args(args)
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join("config"))
         .env("XDG_DATA_HOME", home.join("data"))
         .env_remove("OPTIMIZER_INVENTORY")
-        .env_remove("OPTIMIZER_DB")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Drain both pipes on threads so a large output cannot block the child.
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("optimizer {args:?} still running after {DEADLINE:?}: it hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
+        .env_remove("OPTIMIZER_DB");
+    common::output_within(cmd, DEADLINE)
 }
 
 fn stderr(o: &Output) -> String {
