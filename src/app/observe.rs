@@ -110,7 +110,7 @@ impl Planned {
         phase: crate::profile::Phase,
         tokens_per_s: f64,
         sequences: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), optimizer_core::plausible::Implausible> {
         use optimizer_core::plausible;
         let d = &self.doc;
         let (profile, cores) = if device == "cpu" {

@@ -166,57 +166,101 @@ pub fn tokens_per_s(phase: Phase, peaks: Peaks, work: Work, sequences: u64) -> R
 }
 
 /// Why a figure is not one a device could produce.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Implausible {
+    #[error("{value} {phase} tokens/s is not a positive finite rate")]
+    NotARate { value: f64, phase: &'static str },
+    #[error(
+        "{value:.4e} {phase} tokens/s at {sequences} sequence(s) is above what the device can do for this model (at most {ceiling:.4e}: {BANDWIDTH_SLACK}x its bandwidth roofline, {COMPUTE_SLACK}x its compute roofline)"
+    )]
+    AboveCeiling {
+        value: f64,
+        phase: &'static str,
+        sequences: u64,
+        ceiling: f64,
+    },
+    #[error(
+        "{value:.4e} {phase} tokens/s is below any working run of this model on the device (at least {floor:.4e}, a millionth of its roofline)"
+    )]
+    BelowFloor {
+        value: f64,
+        phase: &'static str,
+        floor: f64,
+    },
+    #[error("a peak of 0 bytes: a running model holds its weights")]
+    ZeroPeak,
+    #[error(
+        "a peak of {bytes} bytes on a device of {memory_bytes} bytes: more than the device has"
+    )]
+    PeakAboveMemory { bytes: u64, memory_bytes: u64 },
+    #[error(
+        "{metric} {value:.4e} at {threads} thread(s) is outside what a CPU can do ({floor:.0e} to {ceiling:.4e})"
+    )]
+    CpuFigure {
+        metric: String,
+        threads: u32,
+        value: f64,
+        floor: f64,
+        ceiling: f64,
+    },
+}
+
+/// Whether a token rate of `phase` at `sequences` sequences is one a device with `peaks` could reach for `work`.
 pub fn check_tokens_per_s(
     value: f64,
     phase: Phase,
     peaks: Peaks,
     work: Work,
     sequences: u64,
-) -> Result<(), String> {
+) -> Result<(), Implausible> {
     let r = tokens_per_s(phase, peaks, work, sequences);
     if r.contains(value) {
         return Ok(());
     }
-    let what = match phase {
+    let phase = match phase {
         Phase::Decode => "decode",
         Phase::Prefill => "prefill",
     };
     Err(if !(value.is_finite() && value > 0.0) {
-        format!("{value} {what} tokens/s is not a positive finite rate")
+        Implausible::NotARate { value, phase }
     } else if value > r.ceiling {
-        format!(
-            "{value:.4e} {what} tokens/s at {sequences} sequence(s) is above what the device can do for this model (at most {:.4e}: {BANDWIDTH_SLACK}x its bandwidth roofline, {COMPUTE_SLACK}x its compute roofline)",
-            r.ceiling
-        )
+        Implausible::AboveCeiling {
+            value,
+            phase,
+            sequences,
+            ceiling: r.ceiling,
+        }
     } else {
-        format!(
-            "{value:.4e} {what} tokens/s is below any working run of this model on the device (at least {:.4e}, a millionth of its roofline)",
-            r.floor
-        )
+        Implausible::BelowFloor {
+            value,
+            phase,
+            floor: r.floor,
+        }
     })
 }
 
-/// Why a memory peak is not one a device with `memory_bytes` could have had.
-pub fn check_peak_bytes(bytes: u64, memory_bytes: u64) -> Result<(), String> {
+/// Whether a memory peak is one a device with `memory_bytes` could have had.
+pub fn check_peak_bytes(bytes: u64, memory_bytes: u64) -> Result<(), Implausible> {
     if bytes == 0 {
-        return Err("a peak of 0 bytes: a running model holds its weights".into());
+        return Err(Implausible::ZeroPeak);
     }
     if memory_bytes > 0 && bytes > memory_bytes {
-        return Err(format!(
-            "a peak of {bytes} bytes on a device of {memory_bytes} bytes: more than the device has"
-        ));
+        return Err(Implausible::PeakAboveMemory {
+            bytes,
+            memory_bytes,
+        });
     }
     Ok(())
 }
 
-/// Why a CPU micro-benchmark figure is not one a CPU could produce (per-thread bounds, and the class's socket
-/// bandwidth when known).
+/// Whether a CPU micro-benchmark figure is one a CPU could produce (per-thread ceilings, and the class's socket
+/// bandwidth when known; at least [`MIN_CPU_FIGURE_PER_THREAD`] per second in all).
 pub fn check_cpu_figure(
     metric: &str,
     threads: u32,
     value: f64,
     socket_bandwidth_bytes_per_s: Option<f64>,
-) -> Result<(), String> {
+) -> Result<(), Implausible> {
     let t = f64::from(threads.max(1));
     let per_thread = if metric == "cpu_read_bytes_per_s" {
         MAX_READ_BYTES_PER_S_PER_THREAD
@@ -233,9 +277,13 @@ pub fn check_cpu_figure(
     }
     let floor = MIN_CPU_FIGURE_PER_THREAD;
     if !(value.is_finite() && value >= floor && value <= ceiling) {
-        return Err(format!(
-            "{metric} {value:.4e} at {threads} thread(s) is outside what a CPU can do ({floor:.0e} to {ceiling:.4e})"
-        ));
+        return Err(Implausible::CpuFigure {
+            metric: metric.to_string(),
+            threads,
+            value,
+            floor,
+            ceiling,
+        });
     }
     Ok(())
 }
