@@ -6,6 +6,8 @@
 mod common;
 mod vllm_builder;
 
+mod arch_hybrid;
+mod arch_patterns;
 mod architecture;
 mod arith_bounds;
 mod bench_server;

@@ -144,6 +144,8 @@ fn hparams(c: &Cfg, model_type: &str) -> R<Hparams> {
         key_length_mla: None,
         value_length_mla: None,
         q_lora_rank: c.u64(&["q_lora_rank"])?,
+        // config.json's `num_hidden_layers` already leaves the MTP blocks out; only GGUF counts them in.
+        nextn_predict_layers: None,
         rope: rope(c, key_length)?,
         ssm: ssm(c, is_mamba, embedding_length)?,
         tied_embeddings: false,

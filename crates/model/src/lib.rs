@@ -372,8 +372,10 @@ pub struct Hparams {
     /// Per-head key size (`attention.key_length`); defaults to embedding_length / head_count when absent.
     pub key_length: Option<u64>,
     pub value_length: Option<u64>,
+    /// The attention window the engine applies (its `n_swa`: the file's key, or the architecture's default or
+    /// forced value, Llama 4's 8192-token chunk included); the file's key where no layer uses a window.
     pub sliding_window: Option<u64>,
-    /// Per layer: whether the layer uses sliding-window attention. Empty when no layer does.
+    /// Per layer: whether the layer uses sliding-window (or chunked) attention. Empty when no layer does.
     pub sliding_window_layers: Vec<bool>,
     pub expert_count: Option<u64>,
     pub expert_used_count: Option<u64>,
@@ -392,6 +394,10 @@ pub struct Hparams {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value_length_mla: Option<u64>,
     pub q_lora_rank: Option<u64>,
+    /// Multi-token-prediction (NextN) blocks at the end of the block count (`{arch}.nextn_predict_layers`):
+    /// llama.cpp's `n_layer_nextn`, outside the trunk (`n_layer() = n_layer_all - n_layer_nextn`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nextn_predict_layers: Option<u64>,
     pub rope: Option<Rope>,
     pub ssm: Option<Ssm>,
     /// Whether the output projection reuses the token embedding (no separate output tensor).

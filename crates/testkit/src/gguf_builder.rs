@@ -262,6 +262,7 @@ impl LlamaShape {
 fn q_bytes(type_id: u32, ne: &[u64]) -> u64 {
     let (block, bytes) = match type_id {
         0 => (1, 4),
+        8 => (32, 34),
         12 => (256, 144),
         14 => (256, 210),
         _ => (1, 4),
@@ -344,4 +345,275 @@ pub fn write_sparse(builder: &GgufBuilder, path: &std::path::Path) -> std::io::R
     let total = header.len() as u64 + data_len;
     f.set_len(total)?;
     Ok(total)
+}
+
+/// Shape of a synthetic transformer of any architecture: the keys the pinned llama.cpp reads for attention,
+/// feed-forward and experts, and the tensors its loader creates for them (names and shapes), for tests that need
+/// a structurally faithful header with sparse data.
+#[derive(Debug, Clone)]
+pub struct ArchShape {
+    /// `general.architecture` (the GGUF name: `gpt-oss`, `phi3`, `llama4`, ...).
+    pub arch: &'static str,
+    pub n_layer: u64,
+    pub n_embd: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    /// `attention.key_length` and `value_length`.
+    pub head_dim: u64,
+    /// `feed_forward_length`: the dense FFN width (the shared FFN's width for a mixture of experts).
+    pub n_ff: u64,
+    /// Routed experts per layer (0 for a dense model) and how many each token uses.
+    pub n_expert: u64,
+    pub n_expert_used: u64,
+    /// `expert_feed_forward_length`.
+    pub n_ff_exp: u64,
+    pub n_vocab: u64,
+    pub n_ctx_train: u64,
+    /// `attention.sliding_window`, written only when set.
+    pub sliding_window: Option<u64>,
+    /// Per-layer tensors beyond the common attention/FFN set, as (name suffix, ne) in f32, e.g. gpt-oss's
+    /// `attn_sinks.weight`.
+    pub extra_layer_f32: Vec<(&'static str, Vec<u64>)>,
+}
+
+/// ggml type ids the synthetic shapes use: F32 for norms, Q8_0 (32-element blocks of 34 bytes) for matrices.
+const F32_ID: u32 = 0;
+const Q8_0_ID: u32 = 8;
+
+fn type_bytes(type_id: u32, ne: &[u64]) -> u64 {
+    let rest: u64 = ne[1..].iter().product();
+    match type_id {
+        Q8_0_ID => ne[0] / 32 * 34 * rest,
+        _ => ne[0] * 4 * rest,
+    }
+}
+
+/// A header for `s`: hyper-parameter keys, a tokenizer-less vocabulary size, and every tensor with its shape;
+/// write it with [`write_sparse`].
+pub fn synthetic_arch(s: &ArchShape) -> GgufBuilder {
+    let mut b = GgufBuilder::new();
+    let a = s.arch;
+    let k = |key: &str| format!("{a}.{key}");
+    b.kv_str("general.architecture", a)
+        .kv_str("general.name", &format!("synthetic {a}"))
+        .kv_u32("general.file_type", 7)
+        .kv_u32(&k("block_count"), s.n_layer as u32)
+        .kv_u32(&k("context_length"), s.n_ctx_train as u32)
+        .kv_u32(&k("embedding_length"), s.n_embd as u32)
+        .kv_u32(&k("feed_forward_length"), s.n_ff as u32)
+        .kv_u32(&k("attention.head_count"), s.n_head as u32)
+        .kv_u32(&k("attention.head_count_kv"), s.n_head_kv as u32)
+        .kv_u32(&k("attention.key_length"), s.head_dim as u32)
+        .kv_u32(&k("attention.value_length"), s.head_dim as u32)
+        .kv_f32(&k("attention.layer_norm_rms_epsilon"), 1e-5)
+        .kv_u32(&k("rope.dimension_count"), s.head_dim as u32)
+        .kv_u32(&k("vocab_size"), s.n_vocab as u32);
+    if s.n_expert > 0 {
+        b.kv_u32(&k("expert_count"), s.n_expert as u32)
+            .kv_u32(&k("expert_used_count"), s.n_expert_used as u32)
+            .kv_u32(&k("expert_feed_forward_length"), s.n_ff_exp as u32);
+    }
+    if let Some(w) = s.sliding_window {
+        b.kv_u32(&k("attention.sliding_window"), w as u32);
+    }
+    let (q, kv) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    let mut t = |name: String, ne: &[u64], ty: u32| {
+        let bytes = type_bytes(ty, ne);
+        b.tensor(&name, ne, ty, bytes);
+    };
+    t("token_embd.weight".into(), &[s.n_embd, s.n_vocab], Q8_0_ID);
+    for l in 0..s.n_layer {
+        let n = |suffix: &str| format!("blk.{l}.{suffix}");
+        t(n("attn_norm.weight"), &[s.n_embd], F32_ID);
+        t(n("attn_q.weight"), &[s.n_embd, q], Q8_0_ID);
+        t(n("attn_k.weight"), &[s.n_embd, kv], Q8_0_ID);
+        t(n("attn_v.weight"), &[s.n_embd, kv], Q8_0_ID);
+        t(n("attn_output.weight"), &[q, s.n_embd], Q8_0_ID);
+        for (suffix, ne) in &s.extra_layer_f32 {
+            t(n(suffix), ne, F32_ID);
+        }
+        t(n("ffn_norm.weight"), &[s.n_embd], F32_ID);
+        if s.n_expert > 0 {
+            let (e, f) = (s.n_expert, s.n_ff_exp);
+            t(n("ffn_gate_inp.weight"), &[s.n_embd, e], F32_ID);
+            t(n("ffn_gate_exps.weight"), &[s.n_embd, f, e], Q8_0_ID);
+            t(n("ffn_up_exps.weight"), &[s.n_embd, f, e], Q8_0_ID);
+            t(n("ffn_down_exps.weight"), &[f, s.n_embd, e], Q8_0_ID);
+        } else {
+            t(n("ffn_gate.weight"), &[s.n_embd, s.n_ff], Q8_0_ID);
+            t(n("ffn_up.weight"), &[s.n_embd, s.n_ff], Q8_0_ID);
+            t(n("ffn_down.weight"), &[s.n_ff, s.n_embd], Q8_0_ID);
+        }
+    }
+    t("output_norm.weight".into(), &[s.n_embd], F32_ID);
+    t("output.weight".into(), &[s.n_embd, s.n_vocab], Q8_0_ID);
+    b
+}
+
+/// A GLM-4.5-Air-shaped `glm4moe` header (zai-org/GLM-4.5-Air config.json: 46 trunk blocks, the first dense, 45
+/// with 128 routed experts of 1408 and one shared, 8 used; 96 query heads and 8 KV heads of 128; hidden 4096,
+/// dense feed-forward 10944, vocabulary 151552) plus its one multi-token-prediction block, `blk.46`, as the
+/// converter writes it (`block_count` 47, `nextn_predict_layers` 1, the block's `nextn.*` tensors). Q4_K
+/// matrices; Q8_0 where a row of 1408 or 10944 does not fill Q4_K's 256-element blocks; Q6_K output.
+pub fn synthetic_glm45_air() -> GgufBuilder {
+    const ARCH: &str = "glm4moe";
+    let (n_embd, n_trunk, n_vocab) = (4096u64, 46u64, 151_552u64);
+    let (n_head, n_head_kv, head_dim) = (96u64, 8u64, 128u64);
+    let (n_ff, n_ff_exp, n_expert) = (10_944u64, 1408u64, 128u64);
+    let (f32_, q8_0, q4_k, q6_k) = (0u32, 8u32, 12u32, 14u32);
+    let mut b = GgufBuilder::new();
+    let k = |s: &str| format!("{ARCH}.{s}");
+    b.kv_str("general.architecture", ARCH)
+        .kv_u32(&k("block_count"), (n_trunk + 1) as u32)
+        .kv_u32(&k("nextn_predict_layers"), 1)
+        .kv_u32(&k("context_length"), 131_072)
+        .kv_u32(&k("embedding_length"), n_embd as u32)
+        .kv_u32(&k("feed_forward_length"), n_ff as u32)
+        .kv_u32(&k("attention.head_count"), n_head as u32)
+        .kv_u32(&k("attention.head_count_kv"), n_head_kv as u32)
+        .kv_u32(&k("attention.key_length"), head_dim as u32)
+        .kv_u32(&k("attention.value_length"), head_dim as u32)
+        .kv_u32(&k("rope.dimension_count"), (head_dim / 2) as u32)
+        .kv_u32(&k("expert_count"), n_expert as u32)
+        .kv_u32(&k("expert_used_count"), 8)
+        .kv_u32(&k("expert_shared_count"), 1)
+        .kv_u32(&k("expert_feed_forward_length"), n_ff_exp as u32)
+        .kv_u32(&k("leading_dense_block_count"), 1)
+        .kv_u32(&k("vocab_size"), n_vocab as u32);
+    let mut t = |name: String, ne: &[u64], ty: u32| {
+        let bytes = q_bytes(ty, ne);
+        b.tensor(&name, ne, ty, bytes);
+    };
+    t("token_embd.weight".into(), &[n_embd, n_vocab], q4_k);
+    let (q, kv) = (n_head * head_dim, n_head_kv * head_dim);
+    for l in 0..=n_trunk {
+        t(format!("blk.{l}.attn_norm.weight"), &[n_embd], f32_);
+        t(format!("blk.{l}.attn_q.weight"), &[n_embd, q], q4_k);
+        t(format!("blk.{l}.attn_k.weight"), &[n_embd, kv], q4_k);
+        t(format!("blk.{l}.attn_v.weight"), &[n_embd, kv], q4_k);
+        t(format!("blk.{l}.attn_q.bias"), &[q], f32_);
+        t(format!("blk.{l}.attn_k.bias"), &[kv], f32_);
+        t(format!("blk.{l}.attn_v.bias"), &[kv], f32_);
+        t(format!("blk.{l}.attn_output.weight"), &[q, n_embd], q4_k);
+        t(
+            format!("blk.{l}.post_attention_norm.weight"),
+            &[n_embd],
+            f32_,
+        );
+        if l == 0 {
+            t(format!("blk.{l}.ffn_gate.weight"), &[n_embd, n_ff], q4_k);
+            t(format!("blk.{l}.ffn_up.weight"), &[n_embd, n_ff], q4_k);
+            t(format!("blk.{l}.ffn_down.weight"), &[n_ff, n_embd], q8_0);
+            continue;
+        }
+        t(
+            format!("blk.{l}.ffn_gate_inp.weight"),
+            &[n_embd, n_expert],
+            f32_,
+        );
+        t(format!("blk.{l}.exp_probs_b.bias"), &[n_expert], f32_);
+        let exps = [n_embd, n_ff_exp, n_expert];
+        t(format!("blk.{l}.ffn_gate_exps.weight"), &exps, q4_k);
+        t(format!("blk.{l}.ffn_up_exps.weight"), &exps, q4_k);
+        t(
+            format!("blk.{l}.ffn_down_exps.weight"),
+            &[n_ff_exp, n_embd, n_expert],
+            q8_0,
+        );
+        t(
+            format!("blk.{l}.ffn_gate_shexp.weight"),
+            &[n_embd, n_ff_exp],
+            q4_k,
+        );
+        t(
+            format!("blk.{l}.ffn_up_shexp.weight"),
+            &[n_embd, n_ff_exp],
+            q4_k,
+        );
+        t(
+            format!("blk.{l}.ffn_down_shexp.weight"),
+            &[n_ff_exp, n_embd],
+            q8_0,
+        );
+        if l == n_trunk {
+            t(
+                format!("blk.{l}.nextn.eh_proj.weight"),
+                &[2 * n_embd, n_embd],
+                q4_k,
+            );
+            t(format!("blk.{l}.nextn.enorm.weight"), &[n_embd], f32_);
+            t(format!("blk.{l}.nextn.hnorm.weight"), &[n_embd], f32_);
+            t(
+                format!("blk.{l}.nextn.shared_head_norm.weight"),
+                &[n_embd],
+                f32_,
+            );
+        }
+    }
+    t("output_norm.weight".into(), &[n_embd], f32_);
+    t("output.weight".into(), &[n_embd, n_vocab], q6_k);
+    b
+}
+
+/// A Falcon-H1-shaped `falcon-h1` header (the 0.5B's shape: 36 blocks of hidden 1024, 8 query and 2 KV heads of
+/// 64, feed-forward 2048; Mamba-2 mixer with d_inner 1536, d_state 128, 1 group, conv kernel 4, 24 heads;
+/// vocabulary 32784). Every block holds attention and the Mamba-2 mixer side by side, as the architecture does.
+pub fn synthetic_falcon_h1() -> GgufBuilder {
+    const ARCH: &str = "falcon-h1";
+    let (n_embd, n_layer, n_vocab) = (1024u64, 36u64, 32_784u64);
+    let (n_head, n_head_kv, head_dim, n_ff) = (8u64, 2u64, 64u64, 2048u64);
+    let (d_inner, d_state, n_group, d_conv, n_ssm_head) = (1536u64, 128u64, 1u64, 4u64, 24u64);
+    let (f32_, q8_0) = (0u32, 8u32);
+    let mut b = GgufBuilder::new();
+    let k = |s: &str| format!("{ARCH}.{s}");
+    b.kv_str("general.architecture", ARCH)
+        .kv_u32(&k("block_count"), n_layer as u32)
+        .kv_u32(&k("context_length"), 16_384)
+        .kv_u32(&k("embedding_length"), n_embd as u32)
+        .kv_u32(&k("feed_forward_length"), n_ff as u32)
+        .kv_u32(&k("attention.head_count"), n_head as u32)
+        .kv_u32(&k("attention.head_count_kv"), n_head_kv as u32)
+        .kv_u32(&k("attention.key_length"), head_dim as u32)
+        .kv_u32(&k("attention.value_length"), head_dim as u32)
+        .kv_u32(&k("ssm.conv_kernel"), d_conv as u32)
+        .kv_u32(&k("ssm.inner_size"), d_inner as u32)
+        .kv_u32(&k("ssm.state_size"), d_state as u32)
+        .kv_u32(&k("ssm.time_step_rank"), n_ssm_head as u32)
+        .kv_u32(&k("ssm.group_count"), n_group as u32)
+        .kv_u32(&k("vocab_size"), n_vocab as u32);
+    let mut t = |name: String, ne: &[u64], ty: u32| {
+        let bytes = q_bytes(ty, ne);
+        b.tensor(&name, ne, ty, bytes);
+    };
+    t("token_embd.weight".into(), &[n_embd, n_vocab], q8_0);
+    let (q, kv) = (n_head * head_dim, n_head_kv * head_dim);
+    // ssm_in projects to z, x, B, C and dt: 2 d_inner + 2 n_group d_state + n_ssm_head.
+    let ssm_in = 2 * d_inner + 2 * n_group * d_state + n_ssm_head;
+    let conv = d_inner + 2 * n_group * d_state;
+    for l in 0..n_layer {
+        t(format!("blk.{l}.attn_norm.weight"), &[n_embd], f32_);
+        t(format!("blk.{l}.attn_q.weight"), &[n_embd, q], q8_0);
+        t(format!("blk.{l}.attn_k.weight"), &[n_embd, kv], q8_0);
+        t(format!("blk.{l}.attn_v.weight"), &[n_embd, kv], q8_0);
+        t(format!("blk.{l}.attn_output.weight"), &[q, n_embd], q8_0);
+        t(format!("blk.{l}.ssm_in.weight"), &[n_embd, ssm_in], q8_0);
+        t(format!("blk.{l}.ssm_conv1d.weight"), &[d_conv, conv], f32_);
+        t(format!("blk.{l}.ssm_conv1d.bias"), &[conv], f32_);
+        t(format!("blk.{l}.ssm_dt.bias"), &[n_ssm_head], f32_);
+        t(format!("blk.{l}.ssm_a"), &[1, n_ssm_head], f32_);
+        t(format!("blk.{l}.ssm_d"), &[1, n_ssm_head], f32_);
+        t(
+            format!("blk.{l}.ssm_norm.weight"),
+            &[d_inner / n_group, n_group],
+            f32_,
+        );
+        t(format!("blk.{l}.ssm_out.weight"), &[d_inner, n_embd], q8_0);
+        t(format!("blk.{l}.ffn_norm.weight"), &[n_embd], f32_);
+        t(format!("blk.{l}.ffn_gate.weight"), &[n_embd, n_ff], q8_0);
+        t(format!("blk.{l}.ffn_up.weight"), &[n_embd, n_ff], q8_0);
+        t(format!("blk.{l}.ffn_down.weight"), &[n_ff, n_embd], q8_0);
+    }
+    t("output_norm.weight".into(), &[n_embd], f32_);
+    t("output.weight".into(), &[n_embd, n_vocab], q8_0);
+    b
 }

@@ -238,32 +238,52 @@ impl ComputeTerms {
 
     /// The compute buffer of every device of the estimate (0 the host, `i + 1` GPU i) with constants `c`: the
     /// largest phase the device runs, the op-offload copy on the first GPU, the pipeline input copies.
+    ///
+    /// Pipeline parallelism, from the pinned scheduler (ggml/src/ggml-backend.cpp): `ggml_backend_sched_new`
+    /// sets `n_copies = GGML_SCHED_MAX_COPIES` ([`PIPELINE_COPIES`]) when parallel. In
+    /// `ggml_backend_sched_split_graph`, pass 5 gives every split input that lives on another backend
+    /// `n_copies` duplicates on the split's backend, and pass 6 gives every graph input leaf (`GGML_TENSOR_FLAG
+    /// _INPUT`, all assigned to the last backend, the CPU, by `ggml_backend_sched_backend_id_from_cur`: "graph
+    /// input") `n_copies` copies on the host, the original being one of them; both passes flag every copy input
+    /// and output ("prevent ggml-alloc from overwriting the tensor"), and the graph copy lists them as leafs
+    /// "so that they are allocated first". So, with `I` the inputs a device receives ([`Phases::host_inputs`]:
+    /// the residual row, the mask and the i32 inputs):
+    /// - the host holds `n_copies × I` (the model's one copy and `n_copies - 1` more), whether or not it runs
+    ///   blocks;
+    /// - every GPU that runs a split (blocks or the output layer) holds its `n_copies` copies through the whole
+    ///   graph, the output phase included: `max(layers, output + I) + (n_copies - 1) × I`. The layer phase
+    ///   already counts one copy of the inputs; the output phase, which without pipelining runs after the
+    ///   inputs are freed, does not, hence the `+ I` there.
     pub fn buffers(&self, c: &ComputeConstants) -> Result<Vec<u64>, ParamError> {
         let p = self.phases(c)?;
+        let pinned_inputs = if self.pipeline_parallel {
+            p.host_inputs
+        } else {
+            0
+        };
         let mut out: Vec<u64> = (0..self.holds_blocks.len())
-            .map(|d| {
+            .map(|d| -> Result<u64, ParamError> {
                 let mut peak = 0;
                 if self.holds_blocks[d] {
                     peak = peak.max(p.layers);
                 }
                 if d == self.output_dev {
-                    peak = peak.max(p.output);
+                    peak = peak.max(add(W, p.output, if d == 0 { 0 } else { pinned_inputs })?);
                 }
                 if d == 0 && self.gpus {
                     peak = peak.max(p.host_inputs);
                 }
-                peak
+                Ok(peak)
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         if self.op_offload > 0 {
             out[1] = add(W, out[1], self.op_offload)?;
         }
         if self.pipeline_parallel {
-            // Each GPU's split receives the residual stream, mask and positions; the extra copies stay
-            // allocated so micro-batches can overlap across GPUs.
             let copies = mul(W, PIPELINE_COPIES - 1, p.host_inputs)?;
-            for (d, b) in out.iter_mut().enumerate().skip(1) {
-                if self.holds_blocks[d] {
+            for (d, b) in out.iter_mut().enumerate() {
+                let runs_split = d == 0 || self.holds_blocks[d] || d == self.output_dev;
+                if runs_split {
                     *b = add(W, *b, copies)?;
                 }
             }

@@ -69,9 +69,67 @@ impl Heads {
     }
 }
 
+/// Hybrid architectures (src/llama-arch.cpp `llm_arch_is_hybrid`) whose memory filters the trunk's layers by
+/// their recurrent flag alone: the defaults of src/llama-memory-hybrid.cpp `llama_memory_hybrid::
+/// llama_memory_hybrid` (attention where `!is_recr(il)`, recurrent state where `is_recr(il)`).
+const HYBRID_DEFAULT_FILTERS: &[&str] = &[
+    "jamba",
+    "plamo2",
+    "granitehybrid",
+    "lfm2",
+    "lfm2moe",
+    "nemotron_h",
+    "nemotron_h_moe",
+    "kimi-linear",
+    "bailingmoe3",
+    "kimi-k3",
+    "glm5-next",
+    "deepseek4",
+];
+
+/// Hybrid architectures whose filters also stop at the trunk (src/llama-model.cpp `llama_model::create_memory`:
+/// `il < hparams.n_layer() && !hparams.is_recr(il)` for attention, `&& is_recr(il)` for the recurrent state).
+const HYBRID_TRUNK_FILTERS: &[&str] =
+    &["qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"];
+
+/// Which caches the engine's main context gives block `il`: `(attention KV, recurrent state)`, per architecture
+/// as src/llama-model.cpp `llama_model::create_memory` picks its layer filters; `recurrent` is whether the block
+/// holds recurrent (SSM) tensors, the model's reading of `is_recr(il)`.
+/// - falcon-h1: both for every block (`filter_attn` and `filter_recr` return true): each block runs attention
+///   and Mamba-2 side by side.
+/// - the hybrids of [`HYBRID_TRUNK_FILTERS`]: as the recurrent flag says, trunk blocks only.
+/// - the other hybrids ([`HYBRID_DEFAULT_FILTERS`]; nemotron_h's `n_ff(il) == 0` condition is met by its
+///   attention blocks, and its feed-forward blocks declare no KV heads): as the recurrent flag says.
+/// - every other architecture: a plain KV cache on the non-recurrent blocks, filtered to the trunk
+///   (`il < n_layer()`) when the file has NextN blocks and a trunk (not for graniteswitch, whose router layer
+///   reuses `n_layer_nextn` and is attended by the trunk: `router_layer >= 0`); the recurrent state, for
+///   recurrent architectures, on the recurrent blocks.
+fn caches(arch: &str, h: &Hparams, il: u32) -> (bool, bool) {
+    let recurrent = h
+        .recurrent_layers
+        .get(il as usize)
+        .copied()
+        .unwrap_or(false);
+    let trunk = u64::from(il) < super::layers::trunk_layers(h);
+    if arch == "falcon-h1" {
+        (true, true)
+    } else if HYBRID_TRUNK_FILTERS.contains(&arch) {
+        (trunk && !recurrent, trunk && recurrent)
+    } else if HYBRID_DEFAULT_FILTERS.contains(&arch) {
+        (!recurrent, recurrent)
+    } else {
+        let nextn_filter = h.nextn_predict_layers.is_some()
+            && super::layers::trunk_layers(h) > 0
+            && arch != "graniteswitch";
+        (!recurrent && (trunk || !nextn_filter), recurrent)
+    }
+}
+
 /// Adds the KV cache of every attention layer and the recurrent state of every recurrent layer to the device
-/// holding the layer (the host with `-nkvo`).
+/// holding the layer (the host with `-nkvo`), by the engine's per-architecture layer filters ([`caches`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn place(
+    arch: &str,
     h: &Hparams,
     params: &Params,
     ctx: &Context,
@@ -101,7 +159,7 @@ pub(super) fn place(
     const KV: &str = "KV cache";
     for il in 0..placement.n_layer {
         let l = il as usize;
-        if h.recurrent_layers.get(l).copied().unwrap_or(false) {
+        if !caches(arch, h, il).0 {
             continue;
         }
         let kv_heads = head_kv.get(l).unwrap_or(0);
@@ -145,11 +203,7 @@ pub(super) fn place(
         let s = mul(RS, d_state, d_inner)?;
         let bytes = product(RS, &[add(RS, r, s)?, F32, u64::from(ctx.n_seq)])?;
         for il in 0..placement.n_layer {
-            if h.recurrent_layers
-                .get(il as usize)
-                .copied()
-                .unwrap_or(false)
-            {
+            if caches(arch, h, il).1 {
                 let m = &mut mem[device_of(il)];
                 m.kv_cache_bytes = add(RS, m.kv_cache_bytes, bytes)?;
             }

@@ -164,3 +164,27 @@ impl Placement {
 pub(super) fn index(d: Option<usize>) -> usize {
     d.map_or(0, |i| i + 1)
 }
+
+/// Architectures whose tensor loaders flag the NextN (multi-token-prediction) blocks `TENSOR_SKIP` unless the
+/// caller asks for them (`load_mtp`, false in `llama_model_default_params`, src/llama-model.cpp): src/models/
+/// glm4-moe.cpp, qwen35moe.cpp, qwen35.cpp, qwen3next.cpp and deepseek2.cpp `load_arch_tensors`
+/// (`if (!ml.load_mtp) mtp_flags |= TENSOR_SKIP`, applied to every block `i >= n_layer`). The loader then creates
+/// no tensor and takes its bytes out of the model size (src/llama-model-loader.cpp
+/// `llama_model_loader::create_tensor`: "skip unused tensors", `size_data -= nbytes`). Other loaders that read
+/// `load_mtp` are not listed until their rules are checked.
+const NEXTN_SKIPPING_ARCHS: &[&str] = &["glm4moe", "qwen35moe", "qwen35", "qwen3next", "deepseek2"];
+
+/// llama.cpp's `n_layer()`: the trunk's blocks, the NextN blocks at the end of `block_count` left out
+/// (src/llama-hparams.cpp `llama_hparams::n_layer`: `n_layer_all - n_layer_nextn`). Placement still spreads all
+/// `block_count` blocks over the devices (src/llama-model.cpp `llama_model::load_tensors` splits `n_layer_all`).
+pub(super) fn trunk_layers(h: &Hparams) -> u64 {
+    let all = h.block_count.unwrap_or(0);
+    all.saturating_sub(h.nextn_predict_layers.unwrap_or(0))
+}
+
+/// Whether block `il` is a NextN block whose weights the engine does not load (see [`NEXTN_SKIPPING_ARCHS`]).
+pub(super) fn skips_weights(arch: &str, h: &Hparams, il: u32) -> bool {
+    h.nextn_predict_layers.is_some()
+        && NEXTN_SKIPPING_ARCHS.contains(&arch)
+        && u64::from(il) >= trunk_layers(h)
+}

@@ -314,7 +314,16 @@ fn estimate_checked(
 
     let heads = Heads::of(h)?;
     let swa_cells = params::swa_cells(h, params, &ctx)?;
-    kv::place(h, params, &ctx, swa_cells, &heads, &placement, &mut mem)?;
+    kv::place(
+        &model.architecture,
+        h,
+        params,
+        &ctx,
+        swa_cells,
+        &heads,
+        &placement,
+        &mut mem,
+    )?;
 
     // Output buffer: logits for n_seq_max outputs at context creation, on the host (llama-context.cpp
     // output_reserve, L2116-2170).

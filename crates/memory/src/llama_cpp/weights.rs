@@ -1,5 +1,5 @@
 //! Weights per device: where each tensor is allocated, which host weights the CPU backend repacks into
-//! `CPU_REPACK`, and the copy a tied output layer adds.
+//! `CPU_REPACK`, the copy a tied output layer adds, and the NextN blocks the loader skips.
 
 use super::error::{ParamError, add};
 use super::layers::{Placement, Slot, slot};
@@ -184,8 +184,17 @@ pub(super) fn place(
     let idx = super::layers::index;
     let mut repacked_types = std::collections::BTreeSet::new();
     let simd = SimdFlags::of(&machine.cpu_features);
+    let mut skipped = 0u64;
     for t in &model.tensors {
         let s = slot(t);
+        // NextN blocks the loader skips take no memory anywhere (layers::skips_weights).
+        if let Slot::Block(il) = s
+            && t.layer.is_some()
+            && super::layers::skips_weights(&model.architecture, &model.hparams, il)
+        {
+            skipped = add("weights", skipped, t.bytes)?;
+            continue;
+        }
         let mut d = placement.device(s);
         // --n-cpu-moe keeps the routed experts of the first N layers on the CPU.
         if t.role == Role::Expert
@@ -201,6 +210,12 @@ pub(super) fn place(
         } else {
             m.weights_bytes = add("weights", m.weights_bytes, t.bytes)?;
         }
+    }
+    if skipped > 0 {
+        notes.push(format!(
+            "the multi-token-prediction (NextN) block is not loaded ({:.1} MiB of the file; llama.cpp loads it only for an MTP draft context)",
+            skipped as f64 / f64::from(1u32 << 20)
+        ));
     }
     if params.mmap {
         let file_bytes = model
