@@ -118,6 +118,16 @@ fn falcon_h1_blocks_keep_kv_cache_beside_recurrent_state() {
     let n_embd_s = d_state * d_inner;
     let state = n_layer * (n_embd_r + n_embd_s) * 4 * u64::from(e.resolved.n_seq_max);
     assert_eq!(e.devices[0].kv_cache_bytes, kv + state);
+    // Every layer attends, so the compute buffer holds the KQ mask and scores, which grow with the context and at
+    // 262,144 tokens outgrow the recurrent terms (the model gave falcon-h1 none: it took "all layers recurrent" for
+    // "no attention", and its compute stayed flat at any context).
+    let longer = estimate(&spec, &params(262_144), &Machine::default()).unwrap();
+    assert!(
+        longer.devices[0].compute_bytes > e.devices[0].compute_bytes,
+        "{} vs {}",
+        longer.devices[0].compute_bytes,
+        e.devices[0].compute_bytes
+    );
 }
 
 /// A Llama-shaped model with a vocabulary wide enough that the logits outweigh a block's activations, so the

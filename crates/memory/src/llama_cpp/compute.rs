@@ -143,11 +143,14 @@ impl ComputeTerms {
         } else {
             r.swa_cells.map_or(full_kv, u64::from)
         };
-        // A model whose every layer is recurrent (Mamba, RWKV) builds no attention input: its graph
+        // A model none of whose layers has a KV cache (Mamba, RWKV) builds no attention input: its graph
         // (src/models/mamba.cpp: build_inp_embd, build_rs_inp, build_inp_out_ids) has no KQ mask and no scores,
-        // so nothing of its compute buffer grows with the context (the mask alone was 2 TiB at -c 2^31).
-        let attends =
-            h.recurrent_layers.is_empty() || h.recurrent_layers.iter().any(|&recurrent| !recurrent);
+        // so nothing of its compute buffer grows with the context (the mask alone was 2 TiB at -c 2^31). Whether a
+        // layer attends is the engine's per-architecture cache filter, not the presence of recurrent tensors:
+        // falcon-h1's layers are all recurrent and all attend.
+        let arch = model.architecture.as_str();
+        let attends = h.recurrent_layers.is_empty()
+            || (0..placement.n_layer).any(|il| super::kv::caches(arch, h, il).0);
         let n_kv = if attends { n_kv } else { 0 };
         let wide = match (h.expert_count, h.expert_used_count) {
             (Some(n), Some(k)) if n > 0 => mul(

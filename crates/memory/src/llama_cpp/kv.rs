@@ -104,7 +104,7 @@ const HYBRID_TRUNK_FILTERS: &[&str] =
 ///   (`il < n_layer()`) when the file has NextN blocks and a trunk (not for graniteswitch, whose router layer
 ///   reuses `n_layer_nextn` and is attended by the trunk: `router_layer >= 0`); the recurrent state, for
 ///   recurrent architectures, on the recurrent blocks.
-fn caches(arch: &str, h: &Hparams, il: u32) -> (bool, bool) {
+pub(super) fn caches(arch: &str, h: &Hparams, il: u32) -> (bool, bool) {
     let recurrent = h
         .recurrent_layers
         .get(il as usize)
