@@ -143,6 +143,7 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         )
     })?;
     fleet.nodes = nodes;
+    let overrides = with_draft(&req.overrides, fleet.runtime)?;
     let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
     // Launch artifacts name the model by its absolute path, so they work from wherever they are run, not only
     // from the directory `resolve` ran in (the model was read above, so it exists).
@@ -158,7 +159,7 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         profiles: set,
         workload,
         evidence: &evidence,
-        overrides: &req.overrides,
+        overrides: &overrides,
     };
     let runtime = fleet.runtime;
     let mut doc = plan::resolve_fleet(&inputs, fleet)
@@ -166,6 +167,38 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     warnings.extend(idle_gpus(&doc, &inv));
     doc.warnings.extend(warnings);
     Ok(doc)
+}
+
+/// The overrides with `--model-draft` loaded (the same bounded reader as the model): only llama.cpp plans a
+/// draft model; the other runtimes refuse the flag (exit 2).
+fn with_draft(
+    ov: &Overrides,
+    runtime: crate::profile::RuntimeId,
+) -> Result<std::borrow::Cow<'_, Overrides>, Failure> {
+    let Some(path) = &ov.draft_model else {
+        return Ok(std::borrow::Cow::Borrowed(ov));
+    };
+    if runtime != crate::profile::RuntimeId::LlamaCpp {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "--model-draft {}: the {runtime} runtime plans no draft model; speculative decoding with a draft model is planned for llama.cpp (llama-server -md)",
+                path.display()
+            ),
+        ));
+    }
+    let spec = crate::model::load(path)?;
+    let launch = std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.clone())
+        .display()
+        .to_string();
+    Ok(std::borrow::Cow::Owned(Overrides {
+        draft: Some(crate::runtime::DraftModel {
+            path: launch,
+            spec: std::sync::Arc::new(spec),
+        }),
+        ..ov.clone()
+    }))
 }
 
 /// A warning when the plan leaves GPUs of the node unused: one replica's GPUs (the non-host devices of the

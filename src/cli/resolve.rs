@@ -68,6 +68,11 @@ pub(super) struct RawResolve {
     /// VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and the document a warning with the quality cost.
     #[arg(long = "allow-long-context")]
     allow_long_context: bool,
+    /// A draft model (.gguf) for speculative decoding, llama.cpp only: llama-server gets `-md FILE` (and
+    /// `-ngld`), and the plan charges the draft's weights, KV cache at the planned context and compute buffers
+    /// to the devices that hold it. A draft whose vocabulary the engine would refuse is invalid input (exit 4).
+    #[arg(long = "model-draft", value_name = "FILE")]
+    model_draft: Option<PathBuf>,
     /// Pin the GPU layers (-ngl).
     #[arg(long = "n-gpu-layers")]
     n_gpu_layers: Option<u32>,
@@ -156,6 +161,8 @@ pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 tensor_parallel: raw.tensor_parallel,
                 image: raw.image,
                 allow_long_context: raw.allow_long_context,
+                draft_model: raw.model_draft,
+                draft: None,
             },
             stable,
         },

@@ -29,7 +29,7 @@ use serde::Deserialize;
 // ------------------------------------------------------------------ the engine's argument table
 
 #[derive(Debug, Deserialize)]
-struct Table {
+pub(crate) struct Table {
     program: String,
     engine: Engine,
     parser: ParserRules,
@@ -99,7 +99,7 @@ enum ValueSpec {
     },
 }
 
-fn table() -> Table {
+pub(crate) fn table() -> Table {
     let path = fixture("llama-cpp/llama-server-args.json");
     let text = std::fs::read_to_string(&path).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -274,7 +274,7 @@ fn check_value(flag: &str, spec: &ValueSpec, v: &str) -> Result<(), String> {
 }
 
 /// Every problem llama-server (as pinned) has with `argv`, or would run it with another meaning.
-fn check_argv(t: &Table, argv: &[String]) -> Vec<String> {
+pub(crate) fn check_argv(t: &Table, argv: &[String]) -> Vec<String> {
     let by_flag = spellings(t);
     let mut problems = Vec::new();
     match argv.first() {

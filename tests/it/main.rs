@@ -18,6 +18,7 @@ mod cli_completions;
 mod cli_store;
 mod cli_table;
 mod compute_buffer_holdout;
+mod draft_model;
 mod estimate;
 mod estimate_sweep;
 mod gguf_errors;

@@ -347,6 +347,10 @@ pub struct MemoryComponents {
     pub adapters_bytes: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cuda_graphs_bytes: u64,
+    /// llama.cpp's speculative-decoding draft model (`-md`) on this device: its weights, KV cache, output and
+    /// compute buffers (a second model and context in the same process).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub draft_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -42,6 +42,17 @@ pub struct Overrides {
     /// `--allow-long-context`: a context per sequence past the model's trained length is planned (with the
     /// engine's flag for it) instead of refused.
     pub allow_long_context: bool,
+    /// `--model-draft FILE` as given: the app loads it into [`Overrides::draft`].
+    pub draft_model: Option<std::path::PathBuf>,
+    /// The speculative-decoding draft model (llama-server `-md`), loaded; only llama.cpp plans one.
+    pub draft: Option<DraftModel>,
+}
+
+/// A draft model for speculative decoding: its path as the launch artifacts name it and its description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DraftModel {
+    pub path: String,
+    pub spec: std::sync::Arc<ModelSpec>,
 }
 
 /// Inputs the planner cannot work with.

@@ -277,11 +277,33 @@ impl LlamaCpp<'_> {
             pooling,
             port: launch::PORT,
             rope: launch::rope_extension(model, settings.context_per_sequence),
+            draft: self
+                .req
+                .overrides
+                .draft
+                .as_ref()
+                .map(|d| launch::DraftLaunch {
+                    model_path: &d.path,
+                    gpu_layers: (!p.gpus.is_empty()).then(|| super::draft::all_layers(&d.spec)),
+                }),
         };
         let container_model = crate::runtime::kubernetes::model_in_container(&model_path);
+        let container_draft = self
+            .req
+            .overrides
+            .draft
+            .as_ref()
+            .map(|d| crate::runtime::kubernetes::model_in_container(&d.path));
         let in_container = launch::llama_server(
             &launch::Serve {
                 model_path: &container_model,
+                draft: serve
+                    .draft
+                    .zip(container_draft.as_deref())
+                    .map(|(d, path)| launch::DraftLaunch {
+                        model_path: path,
+                        ..d
+                    }),
                 ..serve
             },
             &settings,
@@ -310,6 +332,43 @@ impl LlamaCpp<'_> {
             launch.push(launch::replicas(&serve, &settings, &replica_gpus));
         }
         let mut warnings = self.warnings.clone();
+        if let Some(d) = &self.req.overrides.draft {
+            let per_device: Vec<String> = c
+                .eval
+                .memory
+                .iter()
+                .filter(|m| m.components.draft_bytes > 0)
+                .map(|m| {
+                    format!(
+                        "{} {:.2} GiB",
+                        m.device,
+                        crate::units::gib(m.components.draft_bytes)
+                    )
+                })
+                .collect();
+            put(
+                "launch.model_draft",
+                Source::User,
+                format!(
+                    "--model-draft {}: llama-server -md with {}, f16 KV at the target's {} tokens (common/speculative.cpp common_base_params_to_speculative, common_speculative_init_result); draft memory {}",
+                    d.path,
+                    if p.gpus.is_empty() {
+                        "every layer on the host (-dev none)".to_string()
+                    } else {
+                        format!(
+                            "-ngld {} (every layer on the planned GPUs, split as -ts)",
+                            super::draft::all_layers(&d.spec)
+                        )
+                    },
+                    settings.context_length,
+                    per_device.join(", ")
+                ),
+            );
+            warnings.push(format!(
+                "draft model {}: the predicted speed does not credit speculative decoding (its gain depends on the acceptance rate, which only a measurement gives); the Ollama Modelfile runs without the draft; the Kubernetes manifest expects the draft next to the model",
+                d.path
+            ));
+        }
         warnings.extend(super::arch::embedding_warning(model, w));
         warnings.extend(c.eval.notes.iter().cloned());
         Described {

@@ -87,6 +87,17 @@ pub struct Serve<'a> {
     /// `--rope-scaling yarn --rope-scale N --yarn-orig-ctx N_TRAIN` for a context past the trained length
     /// (`--allow-long-context`, [`rope_extension`]).
     pub rope: Option<RopeExtension>,
+    /// `-md PATH` (and `-ngld N` when the draft's layers go to GPUs): the speculative-decoding draft model
+    /// (common/arg.cpp `--spec-draft-model`, `--spec-draft-ngl`; `draft.rs`).
+    pub draft: Option<DraftLaunch<'a>>,
+}
+
+/// The draft model on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftLaunch<'a> {
+    pub model_path: &'a str,
+    /// `-ngld`; `None` on a CPU-only plan, where `-dev none` keeps the draft on the host too.
+    pub gpu_layers: Option<u32>,
 }
 
 /// YaRN RoPE scaling asked of llama-server for a context per sequence past the model's trained length.
@@ -227,6 +238,14 @@ pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> A
         // The pinned engine has no `--no-mmap`; `-lm none` reads the weights into buffers instead.
         a.push("-lm".into());
         a.push("none".into());
+    }
+    if let Some(d) = serve.draft {
+        a.push("-md".into());
+        a.push(d.model_path.into());
+        if let Some(n) = d.gpu_layers {
+            a.push("-ngld".into());
+            a.push(n.to_string());
+        }
     }
     if let Some(p) = serve.pooling {
         a.push("--embedding".into());
@@ -531,6 +550,7 @@ mod tests {
             pooling: None,
             port: PORT,
             rope: None,
+            draft: None,
         };
         let a = llama_server(&serve, &settings(), &[]);
         let line = a.command.unwrap();

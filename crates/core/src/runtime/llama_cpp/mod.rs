@@ -11,6 +11,7 @@
 
 mod arch;
 mod describe;
+pub mod draft;
 mod ladders;
 pub mod launch;
 pub mod quantize;
@@ -490,6 +491,31 @@ impl Runtime for LlamaCpp<'_> {
                 return Ok(f);
             }
         };
+        // The draft model (`-md`), a second model and context on the same devices (`draft.rs`).
+        let draft_bytes = match &self.req.overrides.draft {
+            None => Vec::new(),
+            Some(d) => {
+                // A pair llama-server refuses to start with is a defect of the input, not a candidate that failed.
+                draft::compatible(self.req.model, &d.spec).map_err(|why| {
+                    PlanError::Model(format!(
+                        "draft model {}: {why}; llama-server refuses such a pair (common/speculative.cpp common_speculative_are_compatible)",
+                        d.path
+                    ))
+                })?;
+                let dp = draft::params(&params, &d.spec, !p.gpus.is_empty());
+                match llama_cpp::estimate(&d.spec, &dp, &machine) {
+                    Ok(e) => draft::per_device(&e),
+                    Err(e) if e.is_model_defect() => {
+                        return Err(PlanError::Model(format!("draft model {}: {e}", d.path)));
+                    }
+                    Err(e) => {
+                        let mut f = failed();
+                        f.notes.push(format!("draft model {}: {e}", d.path));
+                        return Ok(f);
+                    }
+                }
+            }
+        };
         let threads = self.threads(p);
         let host_room = fleet
             .host
@@ -498,7 +524,11 @@ impl Runtime for LlamaCpp<'_> {
         let mut overflow = 0u64;
         let mut ladder_overflow = 0u64;
         let mut memory = Vec::with_capacity(est.devices.len());
+        let mut total_bytes = est.total_bytes;
         for (k, m) in est.devices.iter().enumerate() {
+            let draft = draft_bytes.get(k).copied().unwrap_or(0);
+            let device_total = m.total_bytes.saturating_add(draft);
+            total_bytes = total_bytes.saturating_add(draft);
             let (id, capacity, reserve) = if k == 0 {
                 (
                     DeviceId::HOST,
@@ -513,9 +543,7 @@ impl Runtime for LlamaCpp<'_> {
                     self.gpus[i].reserve_bytes,
                 )
             };
-            let over = m
-                .total_bytes
-                .saturating_sub(capacity.saturating_sub(reserve));
+            let over = device_total.saturating_sub(capacity.saturating_sub(reserve));
             overflow = overflow.max(over);
             if k > 0 {
                 ladder_overflow = ladder_overflow.max(over);
@@ -529,16 +557,17 @@ impl Runtime for LlamaCpp<'_> {
                     compute_bytes: m.compute_bytes,
                     output_bytes: m.output_bytes,
                     overhead_bytes: m.overhead_bytes,
+                    draft_bytes: draft,
                     ..MemoryComponents::default()
                 },
-                total_bytes: m.total_bytes,
+                total_bytes: device_total,
                 capacity_bytes: capacity,
                 reserve_bytes: reserve,
             });
         }
         // Unified memory (Apple): what the GPU holds comes out of the same RAM as the host's share.
         if p.gpus.iter().any(|&i| self.gpus[i].unified_memory) {
-            let over = est.total_bytes.saturating_sub(host_room);
+            let over = total_bytes.saturating_sub(host_room);
             overflow = overflow.max(over);
             ladder_overflow = ladder_overflow.max(over);
         }
@@ -583,7 +612,7 @@ impl Runtime for LlamaCpp<'_> {
             .fold(0.0, f64::max);
         Ok(Eval {
             memory,
-            total_bytes: est.total_bytes,
+            total_bytes,
             overflow,
             ladder_overflow,
             prediction,
