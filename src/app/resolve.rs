@@ -143,7 +143,18 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         )
     })?;
     fleet.nodes = nodes;
+    if let Some(t) = &req.overrides.kv_type
+        && fleet.runtime == crate::profile::RuntimeId::Torch
+    {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "--kv-type {t}: the torch runtime trains and keeps no KV cache; the KV cache type is planned for llama.cpp and vLLM"
+            ),
+        ));
+    }
     let overrides = with_draft(&req.overrides, fleet.runtime)?;
+    let overrides = with_mmproj(overrides, fleet.runtime)?;
     let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
     // Launch artifacts name the model by its absolute path, so they work from wherever they are run, not only
     // from the directory `resolve` ran in (the model was read above, so it exists).
@@ -199,6 +210,51 @@ fn with_draft(
         }),
         ..ov.clone()
     }))
+}
+
+/// The overrides with `--mmproj` loaded (the same bounded reader as the model): only llama.cpp plans a
+/// projector, the other runtimes refuse the flag (exit 2); a file that is no projector (`general.architecture`
+/// other than `clip`, the key tools/mtmd/clip.cpp's loader reads its `clip.*` hparams under) is invalid input
+/// (exit 4).
+fn with_mmproj(
+    ov: std::borrow::Cow<'_, Overrides>,
+    runtime: crate::profile::RuntimeId,
+) -> Result<std::borrow::Cow<'_, Overrides>, Failure> {
+    let Some(m) = ov.mmproj.as_ref().filter(|m| m.spec.is_none()) else {
+        return Ok(ov);
+    };
+    let path = std::path::PathBuf::from(&m.path);
+    if runtime != crate::profile::RuntimeId::LlamaCpp {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "--mmproj {}: the {runtime} runtime plans no multimodal projector; a projector GGUF is planned for llama.cpp (llama-server --mmproj)",
+                path.display()
+            ),
+        ));
+    }
+    let spec = crate::model::load(&path)?;
+    if spec.architecture != crate::runtime::llama_cpp::mmproj::ARCHITECTURE {
+        return Err(Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!(
+                "--mmproj {}: general.architecture is {:?}, not a multimodal projector ({:?}); pass the projector GGUF (often named mmproj-*.gguf) that goes with the model",
+                path.display(),
+                spec.architecture,
+                crate::runtime::llama_cpp::mmproj::ARCHITECTURE
+            ),
+        ));
+    }
+    let launch = std::fs::canonicalize(&path)
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    let mut owned = ov.into_owned();
+    owned.mmproj = Some(crate::runtime::Projector {
+        path: launch,
+        spec: Some(std::sync::Arc::new(spec)),
+    });
+    Ok(std::borrow::Cow::Owned(owned))
 }
 
 /// A warning when the plan leaves GPUs of the node unused: one replica's GPUs (the non-host devices of the

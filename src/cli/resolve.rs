@@ -73,12 +73,24 @@ pub(super) struct RawResolve {
     /// to the devices that hold it. A draft whose vocabulary the engine would refuse is invalid input (exit 4).
     #[arg(long = "model-draft", value_name = "FILE")]
     model_draft: Option<PathBuf>,
+    /// A multimodal projector (.gguf, general.architecture clip), llama.cpp only: llama-server gets
+    /// `--mmproj FILE`, and the plan charges the projector's weights to the device the engine puts it on (the
+    /// first planned GPU, or the host on a CPU-only plan). Its compute buffer is not charged yet (a warning
+    /// says so).
+    #[arg(long = "mmproj", value_name = "FILE")]
+    mmproj: Option<PathBuf>,
     /// Pin the GPU layers (-ngl).
     #[arg(long = "n-gpu-layers")]
     n_gpu_layers: Option<u32>,
     /// Pin the parallel sequences (llama-server slots), at least 1.
     #[arg(long)]
     parallel: Option<u32>,
+    /// Pin the KV cache type. llama.cpp: a type llama-server takes for both -ctk and -ctv (f32, f16, bf16,
+    /// q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1; a quantized one needs flash attention on); vLLM: its
+    /// --kv-cache-dtype, auto or fp8 (compute capability 8.9 or later). A type the engine would refuse here is a
+    /// usage error (exit 2).
+    #[arg(long = "kv-type", value_name = "TYPE")]
+    kv_type: Option<String>,
     /// The engine to plan for: llama.cpp (GGUF) or vllm (safetensors) to serve, torch to train. By default
     /// training and fine-tuning workloads go to torch and serving workloads follow the model's format.
     #[arg(long, value_enum)]
@@ -163,6 +175,11 @@ pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 allow_long_context: raw.allow_long_context,
                 draft_model: raw.model_draft,
                 draft: None,
+                kv_type: raw.kv_type,
+                mmproj: raw.mmproj.map(|p| crate::runtime::Projector {
+                    path: p.display().to_string(),
+                    spec: None,
+                }),
             },
             stable,
         },

@@ -109,6 +109,8 @@ struct Tally {
     suggestions: usize,
     with_flags: usize,
     followed_fit: usize,
+    /// Suggestions of a KV cache type (`--kv-type`) that fit when followed.
+    kv_type_fit: usize,
     failures: Vec<String>,
 }
 
@@ -146,6 +148,7 @@ fn check(c: &Case, t: &mut Tally) {
         let (code, _) = resolve(c.inventory, &c.model, w, &args);
         if RUNS.contains(&code) {
             t.followed_fit += 1;
+            t.kv_type_fit += usize::from(add.iter().any(|a| a == "--kv-type"));
         } else {
             t.failures
                 .push(format!("{at}: following {s:?} ({w} {args:?}) exits {code}"));
@@ -182,6 +185,22 @@ fn every_suggestion_with_flags_fits_when_followed() {
                 ("chat", s(&["--parallel", "16"])),
                 ("inference", s(&["-c", "131072", "--allow-long-context"])),
                 ("inference", s(&["--n-gpu-layers", "81"])),
+                // A pinned f16 cache that does not fit: the q8_0 suggestion `(resolve --kv-type q8_0)`.
+                (
+                    "chat",
+                    s(&["--kv-type", "f16", "-c", "8192", "--parallel", "4"]),
+                ),
+                (
+                    "chat",
+                    s(&[
+                        "--kv-type",
+                        "f16",
+                        "--n-gpu-layers",
+                        "33",
+                        "--parallel",
+                        "2",
+                    ]),
+                ),
             ] {
                 cases.push(Case {
                     inventory: inv,
@@ -212,6 +231,25 @@ fn every_suggestion_with_flags_fits_when_followed() {
                 });
             }
         }
+        // A pinned 16-bit cache at the trained length: the fp8 suggestion `(resolve --kv-type fp8)` where the
+        // GPU has FP8.
+        for hw in ["l4", "l40s"] {
+            cases.push(Case {
+                inventory: "cpu-server.yaml",
+                model: d.path().to_path_buf(),
+                workload: "chat",
+                args: s(&[
+                    "--hardware",
+                    hw,
+                    "--kv-type",
+                    "auto",
+                    "-c",
+                    "32768",
+                    "--parallel",
+                    "2",
+                ]),
+            });
+        }
     }
     // Training presets on small and large GPUs.
     let small = vllm_models::materialize("Llama-3.2-1B");
@@ -232,14 +270,19 @@ fn every_suggestion_with_flags_fits_when_followed() {
         check(c, &mut t);
     }
     eprintln!(
-        "{} cases, {} no-fit, {} suggestions, {} with flags, {} of them fit when followed",
+        "{} cases, {} no-fit, {} suggestions, {} with flags, {} of them fit when followed ({} KV cache types)",
         cases.len(),
         t.no_fit,
         t.suggestions,
         t.with_flags,
-        t.followed_fit
+        t.followed_fit,
+        t.kv_type_fit
     );
     assert!(t.with_flags > 0, "{t:?}");
+    assert!(
+        t.kv_type_fit > 0,
+        "no --kv-type suggestion was followed: {t:?}"
+    );
     assert!(
         t.failures.is_empty(),
         "{} of {} suggestions fail:\n{}",

@@ -617,3 +617,65 @@ pub fn synthetic_falcon_h1() -> GgufBuilder {
     t("output.weight".into(), &[n_embd, n_vocab], q8_0);
     b
 }
+
+/// A LLaVA-1.5 multimodal projector header (`mmproj-model-f16.gguf`, CLIP ViT-L/14 at 336 px with the two-layer
+/// MLP projector), as the pinned llama.cpp's converter writes it
+/// (tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py: `clip.vision.*` keys, the last of the 24 encoder
+/// blocks dropped for a LLaVA projector, 2-D `.weight` and 4-D tensors in f16, the rest f32) with the tensor names
+/// tools/mtmd/clip-impl.h `TN_*` gives. Sparse data.
+pub fn synthetic_llava15_mmproj() -> GgufBuilder {
+    const F32: u32 = 0;
+    const F16: u32 = 1;
+    let (n_embd, n_ff, n_block, image, patch, proj) =
+        (1024u64, 4096u64, 23u64, 336u64, 14u64, 768u64);
+    let n_pos = (image / patch) * (image / patch) + 1;
+    let mut b = GgufBuilder::new();
+    b.kv_str("general.architecture", "clip")
+        .kv_str("general.name", "synthetic llava-1.5 mmproj")
+        .kv_u32("general.file_type", 1)
+        .kv_str("clip.projector_type", "mlp")
+        .kv_raw(b"clip.has_vision_encoder", value_type::BOOL, &[1])
+        .kv_u32("clip.vision.image_size", image as u32)
+        .kv_u32("clip.vision.patch_size", patch as u32)
+        .kv_u32("clip.vision.embedding_length", n_embd as u32)
+        .kv_u32("clip.vision.feed_forward_length", n_ff as u32)
+        .kv_u32("clip.vision.projection_dim", proj as u32)
+        .kv_u32("clip.vision.attention.head_count", 16)
+        .kv_f32("clip.vision.attention.layer_norm_epsilon", 1e-5)
+        .kv_u32("clip.vision.block_count", n_block as u32);
+    let mut t = |name: String, ne: &[u64]| {
+        let n: u64 = ne.iter().product();
+        let f16 = ne.len() == 4 || (ne.len() == 2 && name.ends_with(".weight"));
+        let (ty, size) = if f16 { (F16, 2) } else { (F32, 4) };
+        b.tensor(&name, ne, ty, n * size);
+    };
+    t("v.class_embd".into(), &[n_embd]);
+    t("v.patch_embd.weight".into(), &[patch, patch, 3, n_embd]);
+    t("v.position_embd.weight".into(), &[n_embd, n_pos]);
+    t("v.pre_ln.weight".into(), &[n_embd]);
+    t("v.pre_ln.bias".into(), &[n_embd]);
+    for i in 0..n_block {
+        for (name, ne) in [
+            ("attn_q", &[n_embd, n_embd][..]),
+            ("attn_k", &[n_embd, n_embd]),
+            ("attn_v", &[n_embd, n_embd]),
+            ("attn_out", &[n_embd, n_embd]),
+            ("ffn_up", &[n_embd, n_ff]),
+            ("ffn_down", &[n_ff, n_embd]),
+        ] {
+            t(format!("v.blk.{i}.{name}.weight"), ne);
+            t(format!("v.blk.{i}.{name}.bias"), &ne[1..]);
+        }
+        for ln in ["ln1", "ln2"] {
+            t(format!("v.blk.{i}.{ln}.weight"), &[n_embd]);
+            t(format!("v.blk.{i}.{ln}.bias"), &[n_embd]);
+        }
+    }
+    // The LLaVA MLP projector into the language model's 4096-wide embedding (Vicuna-7B): mm.0 and mm.2.
+    let n_lm = 4096u64;
+    t("mm.0.weight".into(), &[n_embd, n_lm]);
+    t("mm.0.bias".into(), &[n_lm]);
+    t("mm.2.weight".into(), &[n_lm, n_lm]);
+    t("mm.2.bias".into(), &[n_lm]);
+    b
+}

@@ -351,6 +351,10 @@ pub struct MemoryComponents {
     /// compute buffers (a second model and context in the same process).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub draft_bytes: u64,
+    /// llama.cpp's multimodal projector (`--mmproj`) on this device: its weights (the compute buffer is not
+    /// charged; `runtime/llama_cpp/mmproj.rs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mmproj_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -173,6 +173,13 @@ fn plan_with<R: Runtime>(
     };
     let described = rt.describe(&chosen);
     let mut provenance = described.provenance;
+    // `--kv-type` pins the serving runtimes' variant, the KV cache type: the user chose it, not the search.
+    let variant_decision = match (&inp.overrides.kv_type, rt.id()) {
+        (Some(t), RuntimeId::LlamaCpp | RuntimeId::Vllm) => {
+            (Source::User, format!("--kv-type {t}"))
+        }
+        _ => variant_decision,
+    };
     provenance.insert(
         rt.variant_key().into(),
         Provenance {

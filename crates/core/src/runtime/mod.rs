@@ -46,6 +46,20 @@ pub struct Overrides {
     pub draft_model: Option<std::path::PathBuf>,
     /// The speculative-decoding draft model (llama-server `-md`), loaded; only llama.cpp plans one.
     pub draft: Option<DraftModel>,
+    /// `--mmproj FILE`: the multimodal projector (llama-server `--mmproj`); the CLI sets the path, the app loads
+    /// the file into [`Projector::spec`]; only llama.cpp plans one.
+    pub mmproj: Option<Projector>,
+    /// `--kv-type TYPE`: the KV cache type, pinned (llama.cpp `-ctk`/`-ctv`, vLLM `--kv-cache-dtype`), as given;
+    /// each runtime checks it against what its engine accepts. `None`: the workload's preferences decide.
+    pub kv_type: Option<String>,
+}
+
+/// A multimodal projector GGUF (`general.architecture` `clip`): its path as given and, once loaded, its
+/// description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Projector {
+    pub path: String,
+    pub spec: Option<std::sync::Arc<ModelSpec>>,
 }
 
 /// A draft model for speculative decoding: its path as the launch artifacts name it and its description.

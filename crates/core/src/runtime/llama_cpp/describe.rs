@@ -286,6 +286,7 @@ impl LlamaCpp<'_> {
                     model_path: &d.path,
                     gpu_layers: (!p.gpus.is_empty()).then(|| super::draft::all_layers(&d.spec)),
                 }),
+            mmproj: self.req.overrides.mmproj.as_ref().map(|m| m.path.as_str()),
         };
         let container_model = crate::runtime::kubernetes::model_in_container(&model_path);
         let container_draft = self
@@ -294,6 +295,12 @@ impl LlamaCpp<'_> {
             .draft
             .as_ref()
             .map(|d| crate::runtime::kubernetes::model_in_container(&d.path));
+        let container_mmproj = self
+            .req
+            .overrides
+            .mmproj
+            .as_ref()
+            .map(|m| crate::runtime::kubernetes::model_in_container(&m.path));
         let in_container = launch::llama_server(
             &launch::Serve {
                 model_path: &container_model,
@@ -304,6 +311,7 @@ impl LlamaCpp<'_> {
                         model_path: path,
                         ..d
                     }),
+                mmproj: container_mmproj.as_deref(),
                 ..serve
             },
             &settings,
@@ -368,6 +376,36 @@ impl LlamaCpp<'_> {
                 "draft model {}: the predicted speed does not credit speculative decoding (its gain depends on the acceptance rate, which only a measurement gives); the Ollama Modelfile runs without the draft; the Kubernetes manifest expects the draft next to the model",
                 d.path
             ));
+        }
+        if let Some(m) = &self.req.overrides.mmproj {
+            let on: Vec<String> = c
+                .eval
+                .memory
+                .iter()
+                .filter(|d| d.components.mmproj_bytes > 0)
+                .map(|d| {
+                    format!(
+                        "{} {:.2} GiB",
+                        d.device,
+                        crate::units::gib(d.components.mmproj_bytes)
+                    )
+                })
+                .collect();
+            put(
+                "launch.mmproj",
+                Source::User,
+                format!(
+                    "--mmproj {}: the projector's weights ({}) on {}, the device the engine gives it (common/arg.cpp common_params_parse: it follows -dev's first entry; tools/mtmd/clip.cpp clip_ctx)",
+                    m.path,
+                    on.join(", "),
+                    if p.gpus.is_empty() {
+                        "the host (-dev none)"
+                    } else {
+                        "the first planned GPU"
+                    }
+                ),
+            );
+            warnings.push(super::mmproj::compute_gap_warning(&m.path));
         }
         warnings.extend(super::arch::embedding_warning(model, w));
         warnings.extend(c.eval.notes.iter().cloned());
@@ -451,7 +489,6 @@ impl LlamaCpp<'_> {
         near: &Candidate<Point>,
         _all: &[Candidate<Point>],
     ) -> Vec<String> {
-        let w = self.workload();
         let model = self.req.model;
         use crate::units::gib;
         let overflow = near.eval.overflow;
@@ -534,25 +571,28 @@ impl LlamaCpp<'_> {
             .iter()
             .map(|d| d.components.kv_cache_bytes)
             .sum();
-        if near.point.kv == GgmlType::F16
-            && !w
-                .precision
-                .kv_cache
-                .iter()
-                .any(|k| k.eq_ignore_ascii_case(GgmlType::Q8_0.name()))
-            && fits(
+        // A q8_0 KV cache on both K and V, offered only where llama-server takes it (flash attention on: a
+        // quantized V cache needs it) and only when the nearest candidate re-evaluated with it fits.
+        let wide_kv = matches!(
+            near.point.kv,
+            GgmlType::F16 | GgmlType::BF16 | GgmlType::F32
+        );
+        if self.fa
+            && wide_kv
+            && let Ok(e) = self.evaluate(
                 &Point {
                     kv: GgmlType::Q8_0,
                     ..near.point.clone()
                 },
                 near.size,
             )
+            && e.fits()
         {
-            // No flag sets the KV cache type: the workload's preferences do (a profile overlay, --profiles DIR).
+            let kv_q8: u64 = e.memory.iter().map(|d| d.components.kv_cache_bytes).sum();
             s.push(format!(
-                "a q8_0 KV cache (-ctk q8_0 -ctv q8_0) halves the KV cache ({:.2} GiB now) and fits: add q8_0 to workload {}'s kv_cache preferences in an overlay (--profiles DIR)",
-                gib(kv),
-                w.id
+                "a q8_0 KV cache (-ctk q8_0 -ctv q8_0): {:.2} GiB of KV cache instead of {:.2} GiB, which fits (resolve --kv-type q8_0)",
+                gib(kv_q8),
+                gib(kv)
             ));
         }
         // llama.cpp moves layers between the GPUs and the host, so a quantization fits when the whole plan fits

@@ -90,6 +90,9 @@ pub struct Serve<'a> {
     /// `-md PATH` (and `-ngld N` when the draft's layers go to GPUs): the speculative-decoding draft model
     /// (common/arg.cpp `--spec-draft-model`, `--spec-draft-ngl`; `draft.rs`).
     pub draft: Option<DraftLaunch<'a>>,
+    /// `--mmproj PATH`: the multimodal projector (common/arg.cpp `-mm, --mmproj`); it follows `-dev`'s first
+    /// device (common/arg.cpp `common_params_parse`; `mmproj.rs`).
+    pub mmproj: Option<&'a str>,
 }
 
 /// The draft model on the command line.
@@ -246,6 +249,10 @@ pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> A
             a.push("-ngld".into());
             a.push(n.to_string());
         }
+    }
+    if let Some(m) = serve.mmproj {
+        a.push("--mmproj".into());
+        a.push(m.into());
     }
     if let Some(p) = serve.pooling {
         a.push("--embedding".into());
@@ -551,6 +558,7 @@ mod tests {
             port: PORT,
             rope: None,
             draft: None,
+            mmproj: None,
         };
         let a = llama_server(&serve, &settings(), &[]);
         let line = a.command.unwrap();

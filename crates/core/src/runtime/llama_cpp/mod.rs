@@ -14,6 +14,7 @@ mod describe;
 pub mod draft;
 mod ladders;
 pub mod launch;
+pub mod mmproj;
 pub mod quantize;
 pub mod topology;
 
@@ -191,6 +192,34 @@ pub fn machine_on(cpu_features: &[String], gpus: &[&FleetGpu], gpu_overhead: u64
     }
 }
 
+/// `--kv-type NAME` as llama-server takes it for both `-ctk` and `-ctv`: one of the types its argument table
+/// accepts ([`CACHE_TYPES`]), and a quantized one only with flash attention on, without which the engine refuses
+/// to create the context (a usage error, exit 2, with the engine's reason).
+fn pinned_kv_type(name: &str, fa: bool, fa_rule: Option<&str>) -> Result<GgmlType, PlanError> {
+    let Some(t) = CACHE_TYPES
+        .iter()
+        .copied()
+        .find(|t| t.name().eq_ignore_ascii_case(name))
+    else {
+        return Err(PlanError::Usage(format!(
+            "--kv-type {name}: llama-server's -ctk/-ctv accept {}",
+            CACHE_TYPES
+                .iter()
+                .map(|t| t.name().to_lowercase())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    if !fa && t.is_quantized() {
+        return Err(PlanError::Usage(format!(
+            "--kv-type {name}: this plan runs with flash attention off ({}), and {}",
+            fa_rule.unwrap_or("the attention rules"),
+            llama_cpp::ParamError::QuantizedVWithoutFlashAttn { type_v: t.name() }
+        )));
+    }
+    Ok(t)
+}
+
 impl<'a> LlamaCpp<'a> {
     /// llama.cpp for this request, or why it cannot plan it.
     pub fn new(req: &'a Request<'a>) -> Result<LlamaCpp<'a>, PlanError> {
@@ -262,7 +291,9 @@ impl<'a> LlamaCpp<'a> {
             .attention(RuntimeId::LlamaCpp, cc, seq_hint)
             .map(|r| (r.kernel != AttentionKernel::SdpaMath, Some(r.id.clone())))
             .unwrap_or((true, None));
-        let kv_types: Vec<GgmlType> = {
+        let kv_types: Vec<GgmlType> = if let Some(name) = &ov.kv_type {
+            vec![pinned_kv_type(name, fa, fa_rule.as_deref())?]
+        } else {
             let prefs: Vec<GgmlType> = w
                 .precision
                 .kv_cache
@@ -516,6 +547,16 @@ impl Runtime for LlamaCpp<'_> {
                 }
             }
         };
+        // The multimodal projector (`--mmproj`): its weights on the device the engine gives it (`mmproj.rs`).
+        let mmproj_at = match &self.req.overrides.mmproj {
+            None => None,
+            Some(m) => {
+                let spec = m.spec.as_ref().ok_or_else(|| {
+                    PlanError::Usage(format!("mmproj {}: the projector was not loaded", m.path))
+                })?;
+                Some((mmproj::device_index(p.gpus.len()), mmproj::bytes(spec)))
+            }
+        };
         let threads = self.threads(p);
         let host_room = fleet
             .host
@@ -527,8 +568,9 @@ impl Runtime for LlamaCpp<'_> {
         let mut total_bytes = est.total_bytes;
         for (k, m) in est.devices.iter().enumerate() {
             let draft = draft_bytes.get(k).copied().unwrap_or(0);
-            let device_total = m.total_bytes.saturating_add(draft);
-            total_bytes = total_bytes.saturating_add(draft);
+            let mmproj = mmproj_at.filter(|&(at, _)| at == k).map_or(0, |(_, b)| b);
+            let device_total = m.total_bytes.saturating_add(draft).saturating_add(mmproj);
+            total_bytes = total_bytes.saturating_add(draft).saturating_add(mmproj);
             let (id, capacity, reserve) = if k == 0 {
                 (
                     DeviceId::HOST,
@@ -558,6 +600,7 @@ impl Runtime for LlamaCpp<'_> {
                     output_bytes: m.output_bytes,
                     overhead_bytes: m.overhead_bytes,
                     draft_bytes: draft,
+                    mmproj_bytes: mmproj,
                     ..MemoryComponents::default()
                 },
                 total_bytes: device_total,

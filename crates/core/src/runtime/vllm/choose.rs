@@ -153,6 +153,40 @@ pub(super) fn kv_types(w: &WorkloadProfile, cc: Option<(u32, u32)>) -> Vec<(KvCa
     out
 }
 
+/// `--kv-type NAME` as vLLM's `--kv-cache-dtype`: `auto` (the model dtype), or `fp8` (`fp8_e4m3`, the same
+/// e4m3 cache) on GPUs of compute capability [`FP8_KV_MIN_CC`] or later. vLLM 0.33 takes more values
+/// (tests/fixtures/vllm/serve-choices-0.33.0.json), but the memory model sizes only these two, so the others are
+/// refused rather than planned with the wrong bytes per element (a usage error, exit 2).
+pub(super) fn pinned_kv_type(
+    name: &str,
+    cc: Option<(u32, u32)>,
+) -> Result<(KvCacheDtype, String), PlanError> {
+    match name.to_lowercase().as_str() {
+        "auto" => Ok((
+            KvCacheDtype::Auto,
+            format!("--kv-type {name}: vLLM's auto, the model dtype"),
+        )),
+        "fp8" | "fp8_e4m3" => match cc {
+            Some(c) if c >= FP8_KV_MIN_CC => Ok((
+                KvCacheDtype::Fp8,
+                format!("--kv-type {name}: vLLM's fp8 (e4m3)"),
+            )),
+            _ => Err(PlanError::Usage(format!(
+                "--kv-type {name}: an fp8 KV cache needs compute capability {}.{} or later (Ada, Hopper, Blackwell), and {}",
+                FP8_KV_MIN_CC.0,
+                FP8_KV_MIN_CC.1,
+                cc.map_or(
+                    "these GPUs do not say theirs".to_string(),
+                    |(a, b)| format!("these GPUs have {a}.{b}")
+                )
+            ))),
+        },
+        _ => Err(PlanError::Usage(format!(
+            "--kv-type {name}: vLLM plans take auto (the model dtype) or fp8 (fp8_e4m3) for --kv-cache-dtype; the memory model sizes no other"
+        ))),
+    }
+}
+
 /// Tensor-parallel sizes vLLM accepts for this model on `n` GPUs: attention heads divisible by the size, and KV
 /// heads divisible by it or it by them (vLLM replicates KV heads when there are fewer than ranks:
 /// vllm/model_executor/layers/linear.py `QKVParallelLinear`; vllm/config/model.py

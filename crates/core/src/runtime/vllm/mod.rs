@@ -30,7 +30,9 @@ use crate::profile::{Objective, WorkloadProfile};
 use optimizer_memory::vllm::{self as mem, Dtype, KvCacheDtype};
 use optimizer_model::Format;
 
-use choose::{batched_tokens, choose_dtype, kv_types, quantization_method, tp_sizes};
+use choose::{
+    batched_tokens, choose_dtype, kv_types, pinned_kv_type, quantization_method, tp_sizes,
+};
 
 /// vLLM's positions are int32 and `max_model_len` an int: no sequence past `i32::MAX`.
 pub const MAX_MODEL_LEN: u32 = i32::MAX as u32;
@@ -120,7 +122,10 @@ impl<'a> Vllm<'a> {
         let cc = gpus.iter().filter_map(|g| g.compute_capability).min();
         let (dtype, dtype_why) = choose_dtype(model, cc);
         let quantization = quantization_method(model, cc);
-        let kv_types = kv_types(w, cc);
+        let kv_types = match &ov.kv_type {
+            Some(name) => vec![pinned_kv_type(name, cc)?],
+            None => kv_types(w, cc),
+        };
         let (tp_sizes, tp_why) = tp_sizes(model, gpus.len() as u32, ov.tensor_parallel)?;
         let (max_num_batched_tokens, batched_why) = batched_tokens(gpus[0]);
         Ok(Vllm {

@@ -266,14 +266,11 @@ impl Runtime for Vllm<'_> {
         };
         if near.point.kv != KvCacheDtype::Fp8
             && cc.is_some_and(|c| c >= super::choose::FP8_KV_MIN_CC)
-            && !self.kv_types.iter().any(|(k, _)| *k == KvCacheDtype::Fp8)
             && fits(&fp8, near.size)
         {
-            // No flag sets the KV cache type: the workload's preferences do (a profile overlay, --profiles DIR).
-            s.push(format!(
-                "an fp8 KV cache (--kv-cache-dtype fp8) fits: add q8_0 to workload {}'s kv_cache preferences in an overlay (--profiles DIR)",
-                self.workload().id
-            ));
+            s.push(
+                "an fp8 KV cache (--kv-cache-dtype fp8) fits (resolve --kv-type fp8)".to_string(),
+            );
         }
         // A 4-bit AWQ/GPTQ checkpoint of an unquantized one: its linear weights at 4 bits plus a 16-bit scale and
         // a 4-bit zero point per group of 128 (AutoAWQ's and GPTQ's default group size).

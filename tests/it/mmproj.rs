@@ -1,0 +1,252 @@
+//! `--mmproj FILE` (llama-server `--mmproj`, issue 26 item 4): the projector's weights are charged to the device
+//! the pinned engine puts them on (the first planned GPU, the host on a CPU-only plan;
+//! `crates/core/src/runtime/llama_cpp/mmproj.rs` cites the engine), the plan fits only if the model and the
+//! projector both fit, the argv carries `--mmproj` and passes the engine's argument table, a file that is no
+//! projector is refused (exit 4) and the other runtimes refuse the flag (exit 2). The projector's compute buffer
+//! is not charged yet: every such plan says so in a warning.
+
+use crate::common;
+use crate::llama_cpp_argv_table::{check_argv, table};
+
+use std::sync::Arc;
+
+use optimizer::emit::{Deployment, MemoryDevice, Status};
+use optimizer::hardware::Inventory;
+use optimizer::model::ModelSpec;
+use optimizer::plan::Overrides;
+use optimizer::runtime::Projector;
+use optimizer_testkit::gguf_builder::{LlamaShape, synthetic_llava15_mmproj, write_sparse};
+
+const CONTEXT: u32 = 8192;
+
+struct Models {
+    _dir: tempfile::TempDir,
+    target: ModelSpec,
+    target_path: String,
+    projector_path: String,
+    projector: Arc<ModelSpec>,
+}
+
+fn models() -> Models {
+    let dir = tempfile::tempdir().unwrap();
+    let (tp, target) = common::synth(dir.path(), "llava-7b.gguf", LlamaShape::LLAMA3_8B);
+    let pp = dir.path().join("mmproj-model-f16.gguf");
+    write_sparse(&synthetic_llava15_mmproj(), &pp).unwrap();
+    let projector = optimizer::model::load(&pp).unwrap();
+    Models {
+        target,
+        target_path: tp.display().to_string(),
+        projector_path: pp.display().to_string(),
+        projector: Arc::new(projector),
+        _dir: dir,
+    }
+}
+
+fn overrides(m: &Models, with: bool, gpu_layers: Option<u32>) -> Overrides {
+    Overrides {
+        context_length: Some(CONTEXT),
+        parallel: Some(1),
+        gpu_layers,
+        mmproj: with.then(|| Projector {
+            path: m.projector_path.clone(),
+            spec: Some(m.projector.clone()),
+        }),
+        ..Overrides::default()
+    }
+}
+
+fn all_layers() -> Option<u32> {
+    Some(LlamaShape::LLAMA3_8B.n_layer as u32 + 1)
+}
+
+fn plan(m: &Models, inv: &Inventory, with: bool, ngl: Option<u32>) -> Deployment {
+    common::plan(
+        &m.target,
+        &m.target_path,
+        inv,
+        &common::profiles(),
+        "chat",
+        &overrides(m, with, ngl),
+    )
+    .unwrap()
+}
+
+fn device<'a>(d: &'a Deployment, name: &str) -> &'a MemoryDevice {
+    d.memory
+        .devices
+        .iter()
+        .find(|m| m.device == name)
+        .unwrap_or_else(|| panic!("no {name} in {:?}", d.memory.devices))
+}
+
+/// The projector header's tensor bytes, summed independently of the planner: f16 2-D weights and the 4-D patch
+/// embedding, f32 vectors (the converter's rule).
+fn projector_tensor_bytes(p: &ModelSpec) -> u64 {
+    p.tensors
+        .iter()
+        .map(|t| {
+            let n: u64 = t.shape.iter().product();
+            let two_byte =
+                t.shape.len() == 4 || (t.shape.len() == 2 && t.name.ends_with(".weight"));
+            n * if two_byte { 2 } else { 4 }
+        })
+        .sum()
+}
+
+#[test]
+fn the_projector_weights_go_to_the_first_planned_gpu() {
+    let m = models();
+    let inv = common::inventory("desktop-rtx4080.yaml");
+    let without = plan(&m, &inv, false, all_layers());
+    let with = plan(&m, &inv, true, all_layers());
+    assert_eq!(with.status, Status::Fits, "{:?}", with.warnings);
+    let gpu_name = with.memory.devices[1].device.clone();
+    let (g0, g1) = (device(&without, &gpu_name), device(&with, &gpu_name));
+    let expected = projector_tensor_bytes(&m.projector);
+    // LLaVA-1.5's CLIP ViT-L/14 projector is about 0.6 GB in f16.
+    assert!((500 << 20..700 << 20).contains(&expected), "{expected}");
+    assert_eq!(g1.components.mmproj_bytes, expected);
+    assert_eq!(g1.total_bytes, g0.total_bytes + expected);
+    assert_eq!(g0.components, {
+        let mut c = g1.components.clone();
+        c.mmproj_bytes = 0;
+        c
+    });
+    assert_eq!(device(&with, "cpu").components.mmproj_bytes, 0);
+    assert!(with.provenance.contains_key("launch.mmproj"));
+    assert!(
+        with.warnings
+            .iter()
+            .any(|w| w.contains("compute buffer") && w.contains(&m.projector_path)),
+        "{:?}",
+        with.warnings
+    );
+}
+
+#[test]
+fn a_cpu_only_plan_keeps_the_projector_on_the_host() {
+    let m = models();
+    let d = plan(&m, &common::inventory("cpu-server.yaml"), true, None);
+    assert_eq!(
+        d.memory.devices[0].components.mmproj_bytes,
+        projector_tensor_bytes(&m.projector)
+    );
+    let argv = &common::artifact(&d, "llama-server").argv;
+    assert!(check_argv(&table(), argv).is_empty(), "{argv:?}");
+}
+
+/// The plan fits only if the model and the projector fit on the projector's GPU: with the KV type pinned to
+/// f16 (`--kv-type`), a GPU with room for the model and half the projector has no plan; unpinned, the planner
+/// makes room (a smaller KV type) and the projector stays charged within the GPU's room.
+#[test]
+fn a_gpu_that_holds_the_model_but_not_the_projector_does_not_fit() {
+    let m = models();
+    let mut inv = common::inventory("desktop-rtx4080.yaml");
+    let f16 = |with: bool| Overrides {
+        kv_type: Some("f16".into()),
+        ..overrides(&m, with, all_layers())
+    };
+    let run = |inv: &Inventory, ov: &Overrides| {
+        common::plan(
+            &m.target,
+            &m.target_path,
+            inv,
+            &common::profiles(),
+            "chat",
+            ov,
+        )
+        .unwrap()
+    };
+    let probe = run(&inv, &f16(true));
+    let g = &probe.memory.devices[1];
+    let (model, proj) = (
+        g.total_bytes - g.components.mmproj_bytes,
+        g.components.mmproj_bytes,
+    );
+    // Room for the model and half the projector.
+    let shrink = g.capacity_bytes - g.reserve_bytes - (model + proj / 2);
+    inv.gpus[0].memory_free_bytes -= shrink;
+    assert_eq!(run(&inv, &f16(false)).status, Status::Fits);
+    assert_eq!(run(&inv, &f16(true)).status, Status::NoFit);
+    let free = plan(&m, &inv, true, all_layers());
+    let g = &free.memory.devices[1];
+    assert_eq!(free.status, Status::Fits, "{:?}", free.warnings);
+    assert_eq!(g.components.mmproj_bytes, proj);
+    assert!(g.total_bytes <= g.capacity_bytes - g.reserve_bytes, "{g:?}");
+}
+
+#[test]
+fn the_mmproj_argv_passes_the_engine_table() {
+    let m = models();
+    let d = plan(
+        &m,
+        &common::inventory("desktop-rtx4080.yaml"),
+        true,
+        all_layers(),
+    );
+    let t = table();
+    for name in ["llama-server", "kubernetes"] {
+        let Some(a) = d.artifact(name) else { continue };
+        if a.argv.is_empty() {
+            continue;
+        }
+        let problems = check_argv(&t, &a.argv);
+        assert!(problems.is_empty(), "{name}: {problems:?} in {:?}", a.argv);
+    }
+    let argv = &common::artifact(&d, "llama-server").argv;
+    let i = argv.iter().position(|a| a == "--mmproj").expect("--mmproj");
+    assert_eq!(argv[i + 1], m.projector_path);
+}
+
+#[test]
+fn the_cli_refuses_a_language_model_as_the_projector_with_exit_4() {
+    let m = models();
+    let o = common::bin_on("desktop-rtx4080.yaml")
+        .args(["resolve", "-m", &m.target_path, "--mmproj", &m.target_path])
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 4);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--mmproj") && err.contains("clip"), "{err}");
+}
+
+#[test]
+fn the_cli_plans_a_projector_and_names_it_in_the_argv() {
+    let m = models();
+    let o = common::bin_on("desktop-rtx4080.yaml")
+        .args([
+            "resolve",
+            "-m",
+            &m.target_path,
+            "--mmproj",
+            &m.projector_path,
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("--mmproj") && out.contains("mmproj_bytes"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn vllm_refuses_a_projector_as_a_usage_error() {
+    let m = models();
+    let o = common::bin_on("desktop-rtx4080.yaml")
+        .args([
+            "resolve",
+            "-m",
+            &m.target_path,
+            "--runtime",
+            "vllm",
+            "--mmproj",
+            &m.projector_path,
+        ])
+        .output()
+        .unwrap();
+    common::assert_exit(&o, 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--mmproj") && err.contains("vllm"), "{err}");
+}
