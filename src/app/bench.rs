@@ -100,18 +100,23 @@ pub fn bench(
     };
     let (mut rows, mut skipped) = server::measurements(&report, &target);
     // A rate the device could not reach for this model is a server's or a network's artefact: not recorded.
+    // The model's header is read once, not per level.
+    let bounds = planned.rate_bounds(sources, &device_name);
     rows.retain(|m| {
         if m.metric != "decode_tokens_per_s" {
             return true;
         }
         let sequences = m.shape.sequences.map_or(1, u64::from);
-        match planned.plausible_rate(
-            sources,
-            &device_name,
-            crate::profile::Phase::Decode,
-            m.value,
-            sequences,
-        ) {
+        let checked = bounds.map_or(Ok(()), |(peaks, work)| {
+            optimizer_core::plausible::check_tokens_per_s(
+                m.value,
+                crate::profile::Phase::Decode,
+                peaks,
+                work,
+                sequences,
+            )
+        });
+        match checked {
             Ok(()) => true,
             Err(why) => {
                 skipped.push(format!(

@@ -99,18 +99,19 @@ impl Planned {
         }
     }
 
-    /// Why `tokens_per_s` at `sequences` sequences on `device` (`cpu`, `cuda:0`) is not a rate the device could
-    /// reach for this model (see `optimizer_core::plausible`): the device's profile gives its peaks, the model file
-    /// (when it is still there and still the planned one) what a token costs; without it, the document's totals
-    /// at the sparsest expert share. `Ok` when the profile is not in force (nothing to bound by).
-    pub(super) fn plausible_rate(
+    /// What bounds a token rate on `device` (`cpu`, `cuda:0`) for this model (see `optimizer_core::plausible`): the
+    /// device's profile gives its peaks (none when the profile is not in force: nothing to bound by), the model file
+    /// (when it is still there and still the planned one) what a token costs; without it, the document's totals at
+    /// the sparsest expert share. `None` for a device the document does not have. Reads the model's header: take
+    /// it once per command.
+    pub(super) fn rate_bounds(
         &self,
         sources: &Sources,
         device: &str,
-        phase: crate::profile::Phase,
-        tokens_per_s: f64,
-        sequences: u64,
-    ) -> Result<(), optimizer_core::plausible::Implausible> {
+    ) -> Option<(
+        optimizer_core::plausible::Peaks,
+        optimizer_core::plausible::Work,
+    )> {
         use optimizer_core::plausible;
         let d = &self.doc;
         let (profile, cores) = if device == "cpu" {
@@ -119,10 +120,8 @@ impl Planned {
                 d.hardware.cpu.physical_cores,
             )
         } else {
-            match d.hardware.gpus.iter().find(|g| g.device == device) {
-                Some(g) => (g.profile.as_str(), 0),
-                None => return Ok(()),
-            }
+            let g = d.hardware.gpus.iter().find(|g| g.device == device)?;
+            (g.profile.as_str(), 0)
         };
         let peaks = match sources
             .profiles()
@@ -145,7 +144,7 @@ impl Planned {
                 },
                 |m| plausible::Work::of_model(&m),
             );
-        plausible::check_tokens_per_s(tokens_per_s, phase, peaks, work, sequences)
+        Some((peaks, work))
     }
 
     /// Memory of `device` as the document records it (the machine's RAM for `cpu`).
@@ -222,7 +221,16 @@ pub fn observe(
             let device = planned.throughput_device()?;
             let sequences = u64::from(planned.settings.parallel.max(1));
             planned
-                .plausible_rate(sources, &device, crate::profile::Phase::Decode, *x, sequences)
+                .rate_bounds(sources, &device)
+                .map_or(Ok(()), |(peaks, work)| {
+                    optimizer_core::plausible::check_tokens_per_s(
+                        *x,
+                        crate::profile::Phase::Decode,
+                        peaks,
+                        work,
+                        sequences,
+                    )
+                })
                 .map_err(|why| {
                     Failure::new(
                         exit::INVALID_INPUT,

@@ -158,10 +158,7 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
     // Launch artifacts name the model by its absolute path, so they work from wherever they are run, not only
     // from the directory `resolve` ran in (the model was read above, so it exists).
-    let path = std::fs::canonicalize(&req.model)
-        .unwrap_or_else(|_| req.model.clone())
-        .display()
-        .to_string();
+    let path = launch_path(&req.model);
     let inputs = Inputs {
         model: &spec,
         model_path: &path,
@@ -180,8 +177,39 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     Ok(doc)
 }
 
-/// The overrides with `--model-draft` loaded (the same bounded reader as the model): only llama.cpp plans a
-/// draft model; the other runtimes refuse the flag (exit 2).
+/// A path as launch artifacts name it: absolute, so they work from wherever they are run (as given when it
+/// cannot be resolved).
+fn launch_path(path: &std::path::Path) -> String {
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// A file planned beside the model (`--model-draft`, `--mmproj`), read with the model's bounded reader: only
+/// llama.cpp plans one, so the other runtimes refuse `flag` (exit 2) saying `what` they do not plan and `how`
+/// llama.cpp does. Returns the path launch artifacts name and the file's spec.
+fn load_companion(
+    flag: &str,
+    path: &std::path::Path,
+    runtime: crate::profile::RuntimeId,
+    what: &str,
+    how: &str,
+) -> Result<(String, std::sync::Arc<crate::model::ModelSpec>), Failure> {
+    if runtime != crate::profile::RuntimeId::LlamaCpp {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "{flag} {}: the {runtime} runtime plans no {what}; {how}",
+                path.display()
+            ),
+        ));
+    }
+    let spec = crate::model::load(path)?;
+    Ok((launch_path(path), std::sync::Arc::new(spec)))
+}
+
+/// The overrides with `--model-draft` loaded ([`load_companion`]).
 fn with_draft(
     ov: &Overrides,
     runtime: crate::profile::RuntimeId,
@@ -189,31 +217,20 @@ fn with_draft(
     let Some(path) = &ov.draft_model else {
         return Ok(std::borrow::Cow::Borrowed(ov));
     };
-    if runtime != crate::profile::RuntimeId::LlamaCpp {
-        return Err(Failure::new(
-            exit::USAGE,
-            anyhow::anyhow!(
-                "--model-draft {}: the {runtime} runtime plans no draft model; speculative decoding with a draft model is planned for llama.cpp (llama-server -md)",
-                path.display()
-            ),
-        ));
-    }
-    let spec = crate::model::load(path)?;
-    let launch = std::fs::canonicalize(path)
-        .unwrap_or_else(|_| path.clone())
-        .display()
-        .to_string();
+    let (path, spec) = load_companion(
+        "--model-draft",
+        path,
+        runtime,
+        "draft model",
+        "speculative decoding with a draft model is planned for llama.cpp (llama-server -md)",
+    )?;
     Ok(std::borrow::Cow::Owned(Overrides {
-        draft: Some(crate::runtime::DraftModel {
-            path: launch,
-            spec: std::sync::Arc::new(spec),
-        }),
+        draft: Some(crate::runtime::DraftModel { path, spec }),
         ..ov.clone()
     }))
 }
 
-/// The overrides with `--mmproj` loaded (the same bounded reader as the model): only llama.cpp plans a
-/// projector, the other runtimes refuse the flag (exit 2); a file that is no projector (`general.architecture`
+/// The overrides with `--mmproj` loaded ([`load_companion`]); a file that is no projector (`general.architecture`
 /// other than `clip`, the key tools/mtmd/clip.cpp's loader reads its `clip.*` hparams under) is invalid input
 /// (exit 4).
 fn with_mmproj(
@@ -223,36 +240,29 @@ fn with_mmproj(
     let Some(m) = ov.mmproj.as_ref().filter(|m| m.spec.is_none()) else {
         return Ok(ov);
     };
-    let path = std::path::PathBuf::from(&m.path);
-    if runtime != crate::profile::RuntimeId::LlamaCpp {
-        return Err(Failure::new(
-            exit::USAGE,
-            anyhow::anyhow!(
-                "--mmproj {}: the {runtime} runtime plans no multimodal projector; a projector GGUF is planned for llama.cpp (llama-server --mmproj)",
-                path.display()
-            ),
-        ));
-    }
-    let spec = crate::model::load(&path)?;
+    let given = std::path::PathBuf::from(&m.path);
+    let (path, spec) = load_companion(
+        "--mmproj",
+        &given,
+        runtime,
+        "multimodal projector",
+        "a projector GGUF is planned for llama.cpp (llama-server --mmproj)",
+    )?;
     if spec.architecture != crate::runtime::llama_cpp::mmproj::ARCHITECTURE {
         return Err(Failure::new(
             exit::INVALID_INPUT,
             anyhow::anyhow!(
                 "--mmproj {}: general.architecture is {:?}, not a multimodal projector ({:?}); pass the projector GGUF (often named mmproj-*.gguf) that goes with the model",
-                path.display(),
+                given.display(),
                 spec.architecture,
                 crate::runtime::llama_cpp::mmproj::ARCHITECTURE
             ),
         ));
     }
-    let launch = std::fs::canonicalize(&path)
-        .unwrap_or(path)
-        .display()
-        .to_string();
     let mut owned = ov.into_owned();
     owned.mmproj = Some(crate::runtime::Projector {
-        path: launch,
-        spec: Some(std::sync::Arc::new(spec)),
+        path,
+        spec: Some(spec),
     });
     Ok(std::borrow::Cow::Owned(owned))
 }

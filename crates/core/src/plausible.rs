@@ -312,16 +312,17 @@ pub fn profile_peaks(p: &crate::profile::HardwareProfile, cores: u32) -> Peaks {
 /// fleet has no such device (the figure is not for this plan's hardware and bounds nothing here).
 pub fn fleet_peaks(fleet: &Fleet, profile: &str, n: usize) -> Option<Peaks> {
     if profile == fleet.host.class_id() {
-        let threads = fleet.host.inventory.cpu.logical_cpus.max(1);
-        let p = fleet.host.perf(threads);
         let (ghz, fpc) =
             crate::perf::nominal_core(fleet.host.class.as_ref(), &fleet.host.inventory);
         let cores = f64::from(fleet.host.inventory.cpu.physical_cores.max(1));
-        let bw = fleet
-            .host
-            .class
-            .as_ref()
-            .map_or(p.bandwidth_bytes_per_s, |c| c.memory.bandwidth_gb_s * 1e9);
+        // The class's socket bandwidth; without a class, what the speed model takes for the host.
+        let bw = fleet.host.class.as_ref().map_or_else(
+            || {
+                let threads = fleet.host.inventory.cpu.logical_cpus.max(1);
+                fleet.host.perf(threads).bandwidth_bytes_per_s
+            },
+            |c| c.memory.bandwidth_gb_s * 1e9,
+        );
         return Some(Peaks::cpu(bw, ghz * 1e9 * fpc * cores));
     }
     let g = fleet.gpus.iter().find(|g| g.profile == profile)?;

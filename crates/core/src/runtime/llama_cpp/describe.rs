@@ -537,13 +537,7 @@ impl LlamaCpp<'_> {
         // A pinned -ngl: the most layers on the GPUs that fit, the rest on the host (the hybrid rungs the search
         // climbs when -ngl is not pinned; 0 is the CPU plan).
         if self.req.overrides.gpu_layers.is_some() && near.point.ngl > 0 {
-            let mut order: Vec<usize> = (0..self.gpus.len()).collect();
-            order.sort_by(|&a, &b| {
-                self.gpus[b]
-                    .capacity_bytes
-                    .cmp(&self.gpus[a].capacity_bytes)
-                    .then(a.cmp(&b))
-            });
+            let order = self.gpus_by_capacity();
             let rung = |ngl: u32| Point {
                 strategy: if ngl == 0 {
                     Strategy::Cpu

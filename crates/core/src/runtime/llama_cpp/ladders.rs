@@ -39,6 +39,19 @@ impl LlamaCpp<'_> {
         }
     }
 
+    /// The runtime's GPUs, most capacity first (ties in inventory order): the order layers fill them in, for
+    /// every ladder and for the pinned `-ngl` suggestion alike.
+    pub(super) fn gpus_by_capacity(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.gpus.len()).collect();
+        order.sort_by(|&a, &b| {
+            self.gpus[b]
+                .capacity_bytes
+                .cmp(&self.gpus[a].capacity_bytes)
+                .then(a.cmp(&b))
+        });
+        order
+    }
+
     /// Every ladder of placements, for every KV cache type and micro-batch (one ladder each).
     pub(super) fn placement_ladders(&self) -> Vec<Vec<Point>> {
         let all = self.all_layers();
@@ -54,13 +67,7 @@ impl LlamaCpp<'_> {
         };
         // Placements: full offload on the k GPUs with the most free memory for every k; partial offload only on
         // all of them, since taking a GPU away can only move layers back to the slower host.
-        let mut order: Vec<usize> = (0..self.gpus.len()).collect();
-        order.sort_by(|&a, &b| {
-            self.gpus[b]
-                .capacity_bytes
-                .cmp(&self.gpus[a].capacity_bytes)
-                .then(a.cmp(&b))
-        });
+        let order = self.gpus_by_capacity();
         let mut placements: Vec<Vec<Point>> = vec![vec![base(Strategy::Cpu, vec![], 0, 0)]];
         let (mut full, mut moe) = (Vec::new(), Vec::new());
         for k in 1..=self.gpus.len() {
