@@ -5,7 +5,7 @@
 //! other runtimes refuse the flag (exit 2).
 
 use crate::common;
-use crate::llama_cpp_argv_table::{check_argv, table};
+use crate::llama_cpp_argv_table::{assert_launch_argv_passes, check_argv, table};
 
 use std::sync::Arc;
 
@@ -153,15 +153,7 @@ fn a_gpu_that_holds_the_target_but_not_the_draft_does_not_fit() {
 fn the_draft_argv_carries_md_and_ngld_and_passes_the_engine_table() {
     let m = models(LLAMA32_1B);
     let d = plan(&m, &common::inventory("desktop-rtx4080.yaml"), true).unwrap();
-    let t = table();
-    for name in ["llama-server", "kubernetes"] {
-        let Some(a) = d.artifact(name) else { continue };
-        if a.argv.is_empty() {
-            continue;
-        }
-        let problems = check_argv(&t, &a.argv);
-        assert!(problems.is_empty(), "{name}: {problems:?} in {:?}", a.argv);
-    }
+    assert_launch_argv_passes(&d);
     let argv = &common::artifact(&d, "llama-server").argv;
     let at = |flag: &str| {
         argv.iter()

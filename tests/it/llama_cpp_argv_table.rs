@@ -273,6 +273,20 @@ fn check_value(flag: &str, spec: &ValueSpec, v: &str) -> Result<(), String> {
     }
 }
 
+/// Asserts that the argv of a plan's `llama-server` and `kubernetes` artifacts (those it has, with an argv) passes
+/// the pinned engine's argument table.
+pub(crate) fn assert_launch_argv_passes(d: &optimizer::emit::Deployment) {
+    let t = table();
+    for name in ["llama-server", "kubernetes"] {
+        let Some(a) = d.artifact(name) else { continue };
+        if a.argv.is_empty() {
+            continue;
+        }
+        let problems = check_argv(&t, &a.argv);
+        assert!(problems.is_empty(), "{name}: {problems:?} in {:?}", a.argv);
+    }
+}
+
 /// Every problem llama-server (as pinned) has with `argv`, or would run it with another meaning.
 pub(crate) fn check_argv(t: &Table, argv: &[String]) -> Vec<String> {
     let by_flag = spellings(t);

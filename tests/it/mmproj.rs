@@ -6,7 +6,7 @@
 //! is not charged yet: every such plan says so in a warning.
 
 use crate::common;
-use crate::llama_cpp_argv_table::{check_argv, table};
+use crate::llama_cpp_argv_table::{assert_launch_argv_passes, check_argv, table};
 
 use std::sync::Arc;
 
@@ -184,15 +184,7 @@ fn the_mmproj_argv_passes_the_engine_table() {
         true,
         all_layers(),
     );
-    let t = table();
-    for name in ["llama-server", "kubernetes"] {
-        let Some(a) = d.artifact(name) else { continue };
-        if a.argv.is_empty() {
-            continue;
-        }
-        let problems = check_argv(&t, &a.argv);
-        assert!(problems.is_empty(), "{name}: {problems:?} in {:?}", a.argv);
-    }
+    assert_launch_argv_passes(&d);
     let argv = &common::artifact(&d, "llama-server").argv;
     let i = argv.iter().position(|a| a == "--mmproj").expect("--mmproj");
     assert_eq!(argv[i + 1], m.projector_path);
