@@ -24,6 +24,15 @@ pub(super) fn estimate_loaded(
     req: &EstimateRequest,
     spec: &crate::model::ModelSpec,
 ) -> Result<Estimate, Failure> {
+    Ok(estimate_with_machine(sources, req, spec)?.0)
+}
+
+/// The estimate and the machine the memory model saw (the companions are charged on the same machine).
+fn estimate_with_machine(
+    sources: &Sources,
+    req: &EstimateRequest,
+    spec: &crate::model::ModelSpec,
+) -> Result<(Estimate, EstimateMachine), Failure> {
     let set = sources.profiles()?;
     let mut notes = Vec::new();
     let (overhead, rule) = set.llama_cpp_gpu_overhead();
@@ -37,7 +46,7 @@ pub(super) fn estimate_loaded(
             .map_err(|e| estimate_failure(e, &req.model))?,
     );
     est.notes.extend(notes);
-    Ok(est)
+    Ok((est, em))
 }
 
 /// The exit code and message of a refused estimate: a defect of the model file is invalid input (4) naming the
@@ -293,5 +302,189 @@ fn estimate_machine(
                 .saturating_sub(fleet.host.reserve_bytes),
         ),
         gpu_labels: gpus.iter().map(|g| g.id.to_string()).collect(),
+    })
+}
+
+/// `--model-draft FILE` as `estimate` takes it, with llama-server's draft flags.
+#[derive(Debug, Clone)]
+pub struct DraftRequest {
+    pub path: PathBuf,
+    /// `-ngld`; `None`: every layer on the GPUs when the machine has any (`draft::params`).
+    pub n_gpu_layers: Option<i32>,
+    /// `-ctkd`/`-ctvd`; `None`: the engine's default (`draft::DRAFT_CACHE_TYPE`).
+    pub type_k: Option<crate::model::GgmlType>,
+    pub type_v: Option<crate::model::GgmlType>,
+}
+
+/// `--mmproj FILE` as `estimate` takes it.
+#[derive(Debug, Clone)]
+pub struct MmprojRequest {
+    pub path: PathBuf,
+    /// False with `--no-mmproj-offload`: the projector stays on the host.
+    pub offload: bool,
+}
+
+/// The files `estimate` charges beside the model.
+#[derive(Debug, Clone, Default)]
+pub struct Companions {
+    pub draft: Option<DraftRequest>,
+    pub mmproj: Option<MmprojRequest>,
+}
+
+/// Bytes a companion file puts on one device.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeviceBytes {
+    pub device: String,
+    pub bytes: u64,
+}
+
+/// The draft model's charge: weights, KV cache, output and compute of its own context, per device.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DraftCharge {
+    pub path: String,
+    /// The draft's layers on GPUs as the memory model took them (-1: all).
+    pub n_gpu_layers: i32,
+    pub devices: Vec<DeviceBytes>,
+}
+
+/// The projector's charge: its weights on the device the engine gives it, and its image-token budget.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MmprojCharge {
+    pub path: String,
+    pub device: String,
+    pub weights_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projector_type: Option<String>,
+    /// Tokens one image becomes (the most, for a dynamic-resolution projector).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_tokens: Option<crate::runtime::llama_cpp::mmproj::ImageTokens>,
+    /// Images of `image_tokens` that fill one sequence's context (`n_ctx_seq`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images_per_sequence: Option<u64>,
+}
+
+/// `estimate` with its companions: the model's estimate (each device's and the overall total include the
+/// companions' bytes) and what each companion charges where.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EstimateReport {
+    #[serde(flatten)]
+    pub estimate: Estimate,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft: Option<DraftCharge>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mmproj: Option<MmprojCharge>,
+}
+
+/// `estimate --model-draft/--mmproj`: [`estimate`] plus the draft and the projector, charged by the rules
+/// `resolve` plans with (`runtime::llama_cpp::{draft, mmproj}`).
+pub fn estimate_report(
+    sources: &Sources,
+    req: &EstimateRequest,
+    companions: &Companions,
+) -> Result<EstimateReport, Failure> {
+    use crate::runtime::llama_cpp::{draft, mmproj};
+    let spec = crate::model::load(&req.model)?;
+    crate::model::safetensors::require_config(&req.model, &spec)?;
+    let (mut est, em) = estimate_with_machine(sources, req, &spec)?;
+    let invalid = |path: &Path, why: String| {
+        Failure::new(
+            exit::INVALID_INPUT,
+            anyhow::anyhow!("{}: {why}", path.display()),
+        )
+    };
+    let draft_charge = match &companions.draft {
+        None => None,
+        Some(d) => {
+            let dspec = crate::model::load(&d.path)?;
+            draft::compatible(&spec, &dspec).map_err(|why| {
+                invalid(
+                    &d.path,
+                    format!("{why}; llama-server refuses such a pair (common/speculative.cpp common_speculative_are_compatible)"),
+                )
+            })?;
+            // The draft's context is the target's as resolved (`common_speculative_init_result`).
+            let mut dp = draft::params(
+                &Params {
+                    n_ctx: est.resolved.n_ctx,
+                    ..req.params.clone()
+                },
+                &dspec,
+                !em.machine.gpus.is_empty(),
+            );
+            if let Some(n) = d.n_gpu_layers {
+                dp.n_gpu_layers = n;
+            }
+            dp.type_k = d.type_k.unwrap_or(dp.type_k);
+            dp.type_v = d.type_v.unwrap_or(dp.type_v);
+            let de = llama_cpp::estimate(&dspec, &dp, &em.machine)
+                .map_err(|e| estimate_failure(e, &d.path))?;
+            let bytes = draft::per_device(&de);
+            Some(DraftCharge {
+                path: d.path.display().to_string(),
+                n_gpu_layers: dp.n_gpu_layers,
+                devices: est
+                    .devices
+                    .iter()
+                    .zip(bytes)
+                    .map(|(dev, bytes)| DeviceBytes {
+                        device: dev.device.clone(),
+                        bytes,
+                    })
+                    .collect(),
+            })
+        }
+    };
+    let mmproj_charge = match &companions.mmproj {
+        None => None,
+        Some(m) => {
+            let pspec = crate::model::load(&m.path)?;
+            if pspec.architecture != mmproj::ARCHITECTURE {
+                return Err(invalid(
+                    &m.path,
+                    format!(
+                        "general.architecture is {:?}, not a multimodal projector ({:?}); pass the projector GGUF (often named mmproj-*.gguf) that goes with the model",
+                        pspec.architecture,
+                        mmproj::ARCHITECTURE
+                    ),
+                ));
+            }
+            let gpus = if m.offload { em.machine.gpus.len() } else { 0 };
+            let at = mmproj::device_index(gpus);
+            let tokens = mmproj::image_tokens(&pspec);
+            est.notes
+                .push(mmproj::compute_gap_warning(&m.path.display().to_string()));
+            Some(MmprojCharge {
+                path: m.path.display().to_string(),
+                device: est
+                    .devices
+                    .get(at)
+                    .map(|d| d.device.clone())
+                    .unwrap_or_default(),
+                weights_bytes: mmproj::bytes(&pspec),
+                projector_type: mmproj::projector_type(&pspec).map(str::to_string),
+                image_tokens: tokens,
+                images_per_sequence: tokens
+                    .map(|t| mmproj::images_per_context(t, u64::from(est.resolved.n_ctx_seq))),
+            })
+        }
+    };
+    for (k, d) in est.devices.iter_mut().enumerate() {
+        let extra = draft_charge
+            .as_ref()
+            .and_then(|c| c.devices.get(k))
+            .map_or(0, |b| b.bytes)
+            .saturating_add(
+                mmproj_charge
+                    .as_ref()
+                    .filter(|c| c.device == d.device)
+                    .map_or(0, |c| c.weights_bytes),
+            );
+        d.total_bytes = d.total_bytes.saturating_add(extra);
+        est.total_bytes = est.total_bytes.saturating_add(extra);
+    }
+    Ok(EstimateReport {
+        estimate: est,
+        draft: draft_charge,
+        mmproj: mmproj_charge,
     })
 }

@@ -1,5 +1,7 @@
 //! `optimizer estimate`: llama.cpp's memory per device, with llama.cpp's own flag names so a user can paste
-//! their command line (`-c`, `-b`, `-ub`, `-np`, `-fa`, `-ctk`, `-ctv`, `-ngl`, `-ts`, `-nkvo`, `-lm`).
+//! their command line (`-c`, `-b`, `-ub`, `-np`, `-fa`, `-ctk`, `-ctv`, `-ngl`, `-ts`, `-nkvo`, `-lm`, `-lzm`), and the
+//! files charged beside the model: the draft model (`-md`, `-ngld`, `-ctkd`, `-ctvd`) and the multimodal projector
+//! (`-mm`/`--mmproj`, `--no-mmproj-offload`).
 
 use std::ffi::OsString;
 use std::fmt::Write;
@@ -9,7 +11,7 @@ use clap::{Args, ValueEnum};
 
 use super::output::human_bytes;
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
-use crate::memory::llama_cpp::{CACHE_TYPES, Estimate, FlashAttn, Params};
+use crate::memory::llama_cpp::{CACHE_TYPES, FlashAttn, LazyMode, Params};
 use crate::model::GgmlType;
 
 /// llama-server flags a pasted command line may hold that do not change memory, and whether each takes a value:
@@ -79,7 +81,15 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
             });
             continue;
         }
-        if flag == "--n-gpu-layers" || flag == "-ngl" || flag == "--gpu-layers" {
+        // `-ngl` and `-ngld` (common/arg.cpp `--n-gpu-layers`, `--spec-draft-ngl`) take `all` and `auto`.
+        let long = if ["--n-gpu-layers", "-ngl", "--gpu-layers"].contains(&flag.as_str()) {
+            Some("--n-gpu-layers")
+        } else if DRAFT_NGL.contains(&flag.as_str()) {
+            Some("--n-gpu-layers-draft")
+        } else {
+            None
+        };
+        if let Some(long) = long {
             // `-ngl all` takes the next token as its value, `-ngl=all` carries it.
             let separate = inline.is_none();
             let value = match inline {
@@ -89,9 +99,9 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
             if let Some(v @ ("all" | "auto")) = value.as_deref() {
                 if v == "auto" {
                     out.push("--ignored".into());
-                    out.push("-ngl auto (llama.cpp fits the layer count to free memory at start-up; estimated with every layer on the GPUs)".into());
+                    out.push(format!("{flag} auto (llama.cpp fits the layer count to free memory at start-up; estimated with every layer on the GPUs)").into());
                 }
-                out.push("--n-gpu-layers".into());
+                out.push(long.into());
                 out.push("-1".into());
                 if separate {
                     it.next();
@@ -103,6 +113,14 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
     }
     out
 }
+
+/// The draft's `-ngld` spellings (common/arg.cpp `--spec-draft-ngl`).
+const DRAFT_NGL: &[&str] = &[
+    "-ngld",
+    "--spec-draft-ngl",
+    "--gpu-layers-draft",
+    "--n-gpu-layers-draft",
+];
 
 /// llama.cpp spells several short flags with more than one letter (`-ub`, `-ngl`); clap's short flags are one
 /// letter, so those tokens are rewritten to their long forms before parsing; a pasted llama-server line's flags
@@ -121,6 +139,17 @@ pub(super) fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString>
         ("-nkvo", "--no-kv-offload"),
         ("-kvu", "--kv-unified"),
         ("-lm", "--load-mode"),
+        ("-md", "--model-draft"),
+        ("--spec-draft-model", "--model-draft"),
+        ("-ngld", "--n-gpu-layers-draft"),
+        ("--spec-draft-ngl", "--n-gpu-layers-draft"),
+        ("--gpu-layers-draft", "--n-gpu-layers-draft"),
+        ("-ctkd", "--cache-type-k-draft"),
+        ("--spec-draft-type-k", "--cache-type-k-draft"),
+        ("-ctvd", "--cache-type-v-draft"),
+        ("--spec-draft-type-v", "--cache-type-v-draft"),
+        ("-mm", "--mmproj"),
+        ("-lzm", "--lazy-mode"),
     ];
     args.map(|a| {
         let Some(s) = a.to_str() else { return a };
@@ -147,6 +176,14 @@ pub(super) enum RawLoadMode {
     #[value(name = "mmap+mlock")]
     MmapMlock,
     Dio,
+}
+
+/// llama.cpp's `-lzm/--lazy-mode` values (common/arg.cpp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum RawLazyMode {
+    On,
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -210,6 +247,35 @@ pub(super) struct RawEstimate {
     /// Full-size cache for sliding-window layers.
     #[arg(long = "swa-full")]
     swa_full: bool,
+    /// On-demand reading of the tensors the architecture marks (Gemma 4's per-layer embeddings): `auto` reads
+    /// those above 4 GiB from disk as needed, `on` all of them, `off` none. Such tensors are reported as
+    /// `lazy` (mapped page cache), not in the weights or the total.
+    #[arg(long = "lazy-mode", value_enum, default_value_t = RawLazyMode::Auto)]
+    lazy_mode: RawLazyMode,
+    /// Speculative-decoding draft model (-md): its weights, KV cache at the target's context, output and compute
+    /// are charged on the devices the engine puts them on.
+    #[arg(long = "model-draft")]
+    model_draft: Option<PathBuf>,
+    /// The draft's layers on GPUs (-ngld); default: every layer when the machine has GPUs.
+    #[arg(
+        long = "n-gpu-layers-draft",
+        allow_negative_numbers = true,
+        requires = "model_draft"
+    )]
+    n_gpu_layers_draft: Option<i32>,
+    /// The draft's K cache type (-ctkd; default f16).
+    #[arg(long = "cache-type-k-draft", requires = "model_draft")]
+    cache_type_k_draft: Option<String>,
+    /// The draft's V cache type (-ctvd; default f16).
+    #[arg(long = "cache-type-v-draft", requires = "model_draft")]
+    cache_type_v_draft: Option<String>,
+    /// Multimodal projector (-mm): its weights are charged on the first GPU (the host without GPUs or with
+    /// --no-mmproj-offload), with the tokens one image takes.
+    #[arg(long)]
+    mmproj: Option<PathBuf>,
+    /// Keep the projector on the host.
+    #[arg(long = "no-mmproj-offload", requires = "mmproj")]
+    no_mmproj_offload: bool,
     /// Plan for a profiled machine instead of this one: ID or Nx:ID (e.g. 2x:rtx-3090, cpu-x86-64-avx2-ddr5-dual-channel);
     /// the id in any case, or the product name `profiles list` shows ("RTX 4090").
     #[arg(long, conflicts_with = "inventory")]
@@ -221,7 +287,8 @@ pub(super) struct RawEstimate {
     ignored: Vec<String>,
     /// Estimate at every value of one flag instead of one: `context` (-c from 512 by doublings to the trained
     /// context) or `parallel` (-np from 1 by doublings to 256), marking the largest that fits each device.
-    #[arg(long, value_enum)]
+    /// Not with --model-draft or --mmproj (the sweep charges the model alone).
+    #[arg(long, value_enum, conflicts_with_all = ["model_draft", "mmproj"])]
     sweep: Option<RawSweep>,
 }
 
@@ -239,6 +306,7 @@ pub(super) struct Settings {
     format: OutputFormat,
     sweep: Option<crate::app::SweepAxis>,
     ignored: Vec<String>,
+    companions: crate::app::Companions,
 }
 
 fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
@@ -280,7 +348,25 @@ pub(super) fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
         None => None,
         Some(h) => Some(super::parse_hardware(&h)?),
     };
+    let draft_type =
+        |flag: &str, v: &Option<String>| v.as_deref().map(|v| cache_type(flag, v)).transpose();
+    let companions = crate::app::Companions {
+        draft: match raw.model_draft {
+            None => None,
+            Some(path) => Some(crate::app::DraftRequest {
+                path,
+                n_gpu_layers: raw.n_gpu_layers_draft,
+                type_k: draft_type("-ctkd", &raw.cache_type_k_draft)?,
+                type_v: draft_type("-ctvd", &raw.cache_type_v_draft)?,
+            }),
+        },
+        mmproj: raw.mmproj.map(|path| crate::app::MmprojRequest {
+            path,
+            offload: !raw.no_mmproj_offload,
+        }),
+    };
     Ok(Settings {
+        companions,
         model: raw.model,
         params: Params {
             n_ctx: raw.ctx_size,
@@ -307,6 +393,11 @@ pub(super) fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
             no_host: raw.no_host,
             n_cpu_moe: raw.n_cpu_moe,
             swa_full: raw.swa_full,
+            lazy_mode: match raw.lazy_mode {
+                RawLazyMode::On => LazyMode::On,
+                RawLazyMode::Auto => LazyMode::Auto,
+                RawLazyMode::Off => LazyMode::Off,
+            },
         },
         hardware,
         format: raw.format,
@@ -332,22 +423,22 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
         };
         return write_stdout(&text);
     }
-    let est = crate::app::estimate(common, &req)?;
-    let mut est = est;
+    let mut rep = crate::app::estimate_report(common, &req, &s.companions)?;
     if !s.ignored.is_empty() {
-        est.notes.push(format!(
+        rep.estimate.notes.push(format!(
             "accepted and ignored (no effect on memory): {}",
             s.ignored.join(", ")
         ));
     }
     let text = match s.format {
-        OutputFormat::Table => table(&est),
-        f => render(&est, f)?,
+        OutputFormat::Table => table(&rep),
+        f => render(&rep, f)?,
     };
     write_stdout(&text)
 }
 
-fn table(e: &Estimate) -> String {
+fn table(rep: &crate::app::EstimateReport) -> String {
+    let e = &rep.estimate;
     let mut o = String::new();
     let r = &e.resolved;
     let _ = writeln!(
@@ -365,15 +456,36 @@ fn table(e: &Estimate) -> String {
             .map(|c| format!(", sliding-window cache {c} cells"))
             .unwrap_or_default()
     );
-    let _ = writeln!(
-        o,
-        "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-        "device", "weights", "repacked", "kv cache", "compute", "output", "overhead", "total"
+    // The companions' columns appear only when they were given.
+    let draft = |k: usize| {
+        rep.draft
+            .as_ref()
+            .map(|d| d.devices.get(k).map_or(0, |b| b.bytes))
+    };
+    let mmproj = |device: &str| {
+        rep.mmproj.as_ref().map(|m| {
+            if m.device == device {
+                m.weights_bytes
+            } else {
+                0
+            }
+        })
+    };
+    let mut head = format!(
+        "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "device", "weights", "repacked", "kv cache", "compute", "output", "overhead"
     );
-    for d in &e.devices {
-        let _ = writeln!(
+    if rep.draft.is_some() {
+        let _ = write!(head, " {:>12}", "draft");
+    }
+    if rep.mmproj.is_some() {
+        let _ = write!(head, " {:>12}", "mmproj");
+    }
+    let _ = writeln!(o, "{head} {:>12}", "total");
+    for (k, d) in e.devices.iter().enumerate() {
+        let _ = write!(
             o,
-            "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
             d.device,
             human_bytes(d.weights_bytes),
             human_bytes(d.weights_repack_bytes),
@@ -381,10 +493,56 @@ fn table(e: &Estimate) -> String {
             human_bytes(d.compute_bytes),
             human_bytes(d.output_bytes),
             human_bytes(d.overhead_bytes),
-            human_bytes(d.total_bytes)
+        );
+        for b in [draft(k), mmproj(&d.device)].into_iter().flatten() {
+            let _ = write!(o, " {:>12}", human_bytes(b));
+        }
+        let _ = writeln!(o, " {:>12}", human_bytes(d.total_bytes));
+    }
+    // The total row's layout as before the companions' columns, widened by one column per companion.
+    let columns = usize::from(rep.draft.is_some()) + usize::from(rep.mmproj.is_some());
+    let width = 103 + 13 * columns;
+    let _ = writeln!(o, "{:<8} {:>width$}", "total", human_bytes(e.total_bytes));
+    if let Some(d) = &rep.draft {
+        let _ = writeln!(
+            o,
+            "draft {}: -ngld {}, its own KV cache at the target's n_ctx {} (common/speculative.cpp)",
+            d.path,
+            if d.n_gpu_layers < 0 {
+                "all".to_string()
+            } else {
+                d.n_gpu_layers.to_string()
+            },
+            r.n_ctx
         );
     }
-    let _ = writeln!(o, "{:<8} {:>103}", "total", human_bytes(e.total_bytes));
+    if let Some(m) = &rep.mmproj {
+        let _ = write!(
+            o,
+            "mmproj {} ({}): weights {} on {}",
+            m.path,
+            m.projector_type
+                .as_deref()
+                .unwrap_or("projector type not stated"),
+            human_bytes(m.weights_bytes),
+            m.device
+        );
+        match (m.image_tokens, m.images_per_sequence) {
+            (Some(t), Some(n)) => {
+                let _ = writeln!(
+                    o,
+                    "; {}{} tokens per image: {n} image{} fill one sequence's {} tokens",
+                    if t.dynamic { "up to " } else { "" },
+                    t.per_image,
+                    if n == 1 { "" } else { "s" },
+                    r.n_ctx_seq
+                );
+            }
+            _ => {
+                let _ = writeln!(o, "; tokens per image not derived for this projector type");
+            }
+        }
+    }
     for n in &e.notes {
         let _ = writeln!(o, "note: {n}");
     }

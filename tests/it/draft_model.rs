@@ -248,3 +248,90 @@ fn vllm_refuses_a_draft_model_as_a_usage_error() {
         "{err}"
     );
 }
+
+fn cli_json(o: &std::process::Output) -> serde_json::Value {
+    common::assert_exit(o, 0);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `estimate -md` charges the draft's bytes on the devices `resolve --model-draft` does, for the plan's own
+/// flags (one rule set: `runtime/llama_cpp/draft.rs`), names them per device in the JSON and the table, and
+/// counts them in each device's total.
+#[test]
+fn estimate_charges_the_draft_where_resolve_does() {
+    let t = common::fixture("gguf/llama-q4_k_m.gguf");
+    let d = common::fixture("gguf/llama-tied-q8_0.gguf");
+    let (t, d) = (t.to_str().unwrap(), d.to_str().unwrap());
+    for inventory in ["laptop-rtx4060.yaml", "cpu-server.yaml"] {
+        let plan = cli_json(
+            &common::bin_on(inventory)
+                .args(["resolve", "-m", t, "--model-draft", d, "-w", "chat"])
+                .args(["--format", "json"])
+                .output()
+                .unwrap(),
+        );
+        let s = &plan["settings"];
+        let flag = |k: &str| s[k].to_string();
+        let (ngl, c, np) = (flag("gpu_layers"), flag("context_length"), flag("parallel"));
+        let args = [
+            "estimate", "-m", t, "-md", d, "-ngl", &ngl, "-c", &c, "-np", &np,
+        ];
+        let est = cli_json(
+            &common::bin_on(inventory)
+                .args(args)
+                .args(["--format", "json"])
+                .output()
+                .unwrap(),
+        );
+        let charged = est["draft"]["devices"].as_array().unwrap();
+        for p in plan["memory"]["devices"].as_array().unwrap() {
+            let name = p["device"].as_str().unwrap();
+            let e = charged
+                .iter()
+                .find(|e| e["device"] == name)
+                .unwrap_or_else(|| panic!("{inventory}: no {name} in {charged:?}"));
+            assert_eq!(
+                e["bytes"], p["components"]["draft_bytes"],
+                "{inventory} {name}"
+            );
+        }
+        let total: u64 = est["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["total_bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(est["total_bytes"].as_u64(), Some(total));
+        let table = common::bin_on(inventory).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&table.stdout);
+        assert!(text.lines().nth(1).unwrap().contains("draft"), "{text}");
+        assert!(text.contains(&format!("draft {d}")), "{text}");
+    }
+}
+
+/// `-ngld N` (and its long spellings) sets the draft's own layer count: with 0 the draft's weights stay on the
+/// host of a GPU machine, where the default puts them all on the GPU.
+#[test]
+fn estimate_takes_the_drafts_gpu_layers_from_ngld() {
+    let t = common::fixture("gguf/llama-q4_k_m.gguf");
+    let d = common::fixture("gguf/llama-tied-q8_0.gguf");
+    let (t, d) = (t.to_str().unwrap(), d.to_str().unwrap());
+    let host_draft = |extra: &[&str]| {
+        let est = cli_json(
+            &common::bin_on("laptop-rtx4060.yaml")
+                .args([
+                    "estimate", "-m", t, "-md", d, "-c", "4096", "--format", "json",
+                ])
+                .args(extra)
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(est["draft"]["devices"][0]["device"], "cpu");
+        est["draft"]["devices"][0]["bytes"].as_u64().unwrap()
+    };
+    let all = host_draft(&[]);
+    let none = host_draft(&["-ngld", "0"]);
+    assert!(none > all, "-ngld 0 {none} vs default {all}");
+    assert_eq!(host_draft(&["--n-gpu-layers-draft", "0"]), none);
+    assert_eq!(host_draft(&["-ngld", "all"]), all);
+}

@@ -242,3 +242,141 @@ fn vllm_refuses_a_projector_as_a_usage_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--mmproj") && err.contains("vllm"), "{err}");
 }
+
+fn cli_json(o: &std::process::Output) -> serde_json::Value {
+    common::assert_exit(o, 0);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `estimate --mmproj` charges the projector's weights on the device `resolve --mmproj` does (the first GPU; the
+/// host with `--no-mmproj-offload`), names it in the JSON and the table, and states the image-token budget:
+/// LLaVA-1.5's 336-px images in 14-px patches are 576 tokens (tools/mtmd/clip.cpp `clip_n_output_tokens`).
+#[test]
+fn estimate_charges_the_projector_where_resolve_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let pp = dir.path().join("mmproj-model-f16.gguf");
+    write_sparse(&synthetic_llava15_mmproj(), &pp).unwrap();
+    let expected = projector_tensor_bytes(&optimizer::model::load(&pp).unwrap());
+    let t = common::fixture("gguf/llama-q4_k_m.gguf");
+    let (t, p) = (t.to_str().unwrap(), pp.to_str().unwrap());
+    let inventory = "laptop-rtx4060.yaml";
+    let plan = cli_json(
+        &common::bin_on(inventory)
+            .args([
+                "resolve", "-m", t, "--mmproj", p, "-w", "chat", "--format", "json",
+            ])
+            .output()
+            .unwrap(),
+    );
+    let planned = plan["memory"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["components"]["mmproj_bytes"].as_u64().unwrap_or(0) > 0)
+        .unwrap();
+    let est = |extra: &[&str]| {
+        cli_json(
+            &common::bin_on(inventory)
+                .args([
+                    "estimate", "-m", t, "-mm", p, "-c", "4096", "--format", "json",
+                ])
+                .args(extra)
+                .output()
+                .unwrap(),
+        )
+    };
+    let on_gpu = est(&[]);
+    assert_eq!(on_gpu["mmproj"]["device"], planned["device"]);
+    assert_eq!(
+        on_gpu["mmproj"]["weights_bytes"],
+        planned["components"]["mmproj_bytes"]
+    );
+    assert_eq!(on_gpu["mmproj"]["weights_bytes"].as_u64(), Some(expected));
+    assert_eq!(on_gpu["mmproj"]["image_tokens"]["per_image"], 576);
+    assert_eq!(on_gpu["mmproj"]["image_tokens"]["dynamic"], false);
+    assert_eq!(on_gpu["mmproj"]["images_per_sequence"], 4096 / 576);
+    let on_host = est(&["--no-mmproj-offload"]);
+    assert_eq!(on_host["mmproj"]["device"], "cpu");
+    let host_total = |e: &serde_json::Value| e["devices"][0]["total_bytes"].as_u64().unwrap();
+    assert_eq!(host_total(&on_host), host_total(&on_gpu) + expected);
+    let table = common::bin_on(inventory)
+        .args(["estimate", "-m", t, "--mmproj", p, "-c", "4096"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.lines().nth(1).unwrap().contains("mmproj"), "{text}");
+    assert!(text.contains("576 tokens per image"), "{text}");
+}
+
+/// A projector header with only the keys `image_tokens` reads.
+fn projector_keys(kind: &str, image: u32, patch: u32, scale: Option<u32>) -> Arc<ModelSpec> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.gguf");
+    let mut b = optimizer_testkit::gguf_builder::GgufBuilder::new();
+    b.kv_str("general.architecture", "clip")
+        .kv_str("clip.projector_type", kind)
+        .kv_u32("clip.vision.image_size", image)
+        .kv_u32("clip.vision.patch_size", patch);
+    if let Some(s) = scale {
+        b.kv_u32("clip.vision.projector.scale_factor", s);
+    }
+    write_sparse(&b, &path).unwrap();
+    Arc::new(optimizer::model::load(&path).unwrap())
+}
+
+/// Tokens per image per projector type, as clip.cpp `clip_n_output_tokens` and `load_hparams` give them: Gemma 3's
+/// 896-px images in 14-px patches pooled 4x4 are 256; its `projector.scale_factor` overrides the pooling; Qwen2.5-VL
+/// and Qwen3-VL are dynamic up to 4096; an unmodelled type states none.
+#[test]
+fn image_tokens_follow_the_projector_type() {
+    use optimizer::runtime::llama_cpp::mmproj::{ImageTokens, image_tokens};
+    let fixed = |n| {
+        Some(ImageTokens {
+            per_image: n,
+            dynamic: false,
+        })
+    };
+    assert_eq!(
+        image_tokens(&projector_keys("gemma3", 896, 14, None)),
+        fixed(256)
+    );
+    assert_eq!(
+        image_tokens(&projector_keys("gemma3", 896, 14, Some(2))),
+        fixed(1024)
+    );
+    assert_eq!(
+        image_tokens(&projector_keys("mlp", 336, 14, None)),
+        fixed(576)
+    );
+    for q in ["qwen2.5vl_merger", "qwen3vl_merger"] {
+        assert_eq!(
+            image_tokens(&projector_keys(q, 560, 14, None)),
+            Some(ImageTokens {
+                per_image: 4096,
+                dynamic: true
+            })
+        );
+    }
+    assert_eq!(
+        image_tokens(&projector_keys("resampler", 448, 14, None)),
+        None
+    );
+}
+
+/// Issue 26 item 4: the plan states the image-token budget beside the projector: LLaVA-1.5's 336-pixel images in
+/// 14-pixel patches become 576 tokens each, so the planned per-sequence context holds CONTEXT / 576 of them.
+#[test]
+fn the_plan_states_how_many_images_the_context_holds() {
+    let m = models();
+    let inv = common::inventory("desktop-rtx4080.yaml");
+    let with = plan(&m, &inv, true, all_layers());
+    let detail = &with.provenance["launch.mmproj"].detail;
+    let n = u64::from(CONTEXT) / 576;
+    assert!(
+        detail.contains("an image becomes 576 tokens")
+            && detail.contains(&format!(
+                "so {n} images fill one sequence's {CONTEXT} tokens"
+            )),
+        "{detail}"
+    );
+}

@@ -146,6 +146,9 @@ fn hparams(c: &Cfg, model_type: &str) -> R<Hparams> {
         q_lora_rank: c.u64(&["q_lora_rank"])?,
         // config.json's `num_hidden_layers` already leaves the MTP blocks out; only GGUF counts them in.
         nextn_predict_layers: None,
+        kv_layers_from_start: None,
+        key_length_swa: None,
+        value_length_swa: None,
         rope: rope(c, key_length)?,
         ssm: ssm(c, is_mamba, embedding_length)?,
         tied_embeddings: false,
@@ -326,6 +329,7 @@ fn ssm(c: &Cfg, is_mamba: bool, embedding_length: Option<u64>) -> R<Option<Ssm>>
         state_size,
         time_step_rank,
         group_count: c.u64(&["n_groups", "mamba_n_groups"])?,
+        shortconv_cache: None,
     };
     Ok((s != Ssm::default()).then_some(s))
 }

@@ -322,6 +322,10 @@ pub struct Ssm {
     pub time_step_rank: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_count: Option<u64>,
+    /// LFM2's short-convolution length (`{arch}.shortconv.l_cache`): its recurrent layers keep `l_cache - 1`
+    /// past rows of width `n_embd` and no SSM state (src/llama-hparams.cpp `n_embd_r`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shortconv_cache: Option<u64>,
 }
 
 /// Whether config.json says the attention and MLP projections carry a bias: `attention_bias` or `bias`,
@@ -398,6 +402,17 @@ pub struct Hparams {
     /// llama.cpp's `n_layer_nextn`, outside the trunk (`n_layer() = n_layer_all - n_layer_nextn`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nextn_predict_layers: Option<u64>,
+    /// How many leading blocks have a KV cache of their own (llama.cpp `n_layer_kv_from_start`): the later
+    /// blocks reuse one of them (Gemma-3n: 20, an engine constant; Gemma 4: the block count less
+    /// `attention.shared_kv_layers`). None: every attention block has its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_layers_from_start: Option<u64>,
+    /// Per-head K and V sizes of the sliding-window layers (`attention.key_length_swa` / `value_length_swa`,
+    /// read for every architecture by src/llama-model.cpp `load_hparams`; default: the full layers' sizes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_length_swa: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_length_swa: Option<u64>,
     pub rope: Option<Rope>,
     pub ssm: Option<Ssm>,
     /// Whether the output projection reuses the token embedding (no separate output tensor).

@@ -104,6 +104,7 @@ fn role_of(lower: &str, segments: &[&str], leaf: &str, in_layer: bool) -> Role {
         || leaf_l.starts_with("time_mix")
         || leaf_l.starts_with("channel_mix")
         || leaf_l.starts_with("shortconv")
+        || has("shortconv")
     {
         return Role::Recurrent;
     }

@@ -16,7 +16,7 @@ use std::process::Command;
 use optimizer::emit::{Artifact, Deployment, LlamaCppSettings};
 use optimizer::evidence::Evidence;
 use optimizer::hardware::{self, Inventory};
-use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, Params};
+use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, LazyMode, Params};
 use optimizer::model::{self, GgmlType, ModelSpec, TypeReading};
 use optimizer::plan::{self, Inputs, Overrides, PlanError};
 use optimizer::profile::{self, ProfileSet, WorkloadProfile};
@@ -151,6 +151,9 @@ pub(crate) fn build(m: &Value, path: &Path) -> ModelSpec {
             "INT32" => {
                 b.kv_i32(key, v.as_i64().unwrap() as i32);
             }
+            "UINT64" => {
+                b.kv_u64(key, v.as_u64().unwrap());
+            }
             "FLOAT32" => {
                 b.kv_f32(key, v.as_f64().unwrap() as f32);
             }
@@ -181,6 +184,11 @@ pub(crate) fn build(m: &Value, path: &Path) -> ModelSpec {
                     Some(items) if item == "BOOL" => {
                         for x in items {
                             bytes.push(u8::from(x.as_bool().unwrap()));
+                        }
+                    }
+                    Some(items) if item == "FLOAT32" => {
+                        for x in items {
+                            bytes.extend_from_slice(&(x.as_f64().unwrap() as f32).to_le_bytes());
                         }
                     }
                     _ => {
@@ -257,6 +265,11 @@ pub(crate) fn engine_params(row: &Value) -> Params {
         mmap: !flag("--no-mmap"),
         swa_full: flag("--swa-full"),
         repack: !flag("--no-repack") && !flag("-nr"),
+        lazy_mode: match cfg(row, "-lzm") {
+            Some("on") => LazyMode::On,
+            Some("off") => LazyMode::Off,
+            _ => LazyMode::Auto,
+        },
         ..Params::default()
     }
 }

@@ -6,11 +6,23 @@
 //! what one configuration contributes per unit of each constant (bytes of one activation row, one K row, one
 //! feed-forward row, one input row) and the parts no constant weighs (logits, scores, mask, device roles);
 //! [`ComputeTerms::buffers`] weighs them with a [`ComputeConstants`]. The estimate uses [`COMPUTE_CONSTANTS`].
+//!
+//! DeepSeek's multi-head latent attention (MLA, absorbed) is not sized with those rows but with the widths its
+//! graph allocates, read from the `attn_k_b` and `attn_kv_a_mqa` tensor shapes ([`MlaWidths`]). Trade-off: that
+//! attention peak is a stack the allocator builds by fragmentation, modelled as the residual row plus the three
+//! latent-width tensors, not as a simulation of the allocator's free list.
+//!
+//! In a mixture of experts the logits sit on the last layer's stack (`compute_moe`); Mamba-2 layers have their
+//! own peak (`compute_ssm`). Trade-off: both are the allocator's layout read off its
+//! trace and written as stacks, so fragmentation the stack does not describe (ERNIE without flash attention at
+//! 4 sequences, 6.5 % under) is not modelled.
 
 use serde::Serialize;
 
+use super::compute_moe::MoeOutput;
+use super::compute_ssm::Mamba2Widths;
 use super::error::{ParamError, add, mul, product};
-use super::kv::Heads;
+use super::kv::{Heads, row_size};
 use super::layers::{Placement, Slot, slot};
 use super::weights::{Kind, TensorKind};
 use super::{F32, Machine, PIPELINE_COPIES, Params, Resolved};
@@ -20,6 +32,8 @@ use optimizer_model::{ModelSpec, PerLayer, Role};
 const F16: u64 = 2;
 /// Bytes of an i32 input element (token ids, positions, output ids).
 const I32: u64 = 4;
+/// Bytes of an i64 input element (KV cache cell indices).
+const I64: u64 = 8;
 /// What an overflow in this module is named.
 const W: &str = "compute buffer";
 
@@ -106,6 +120,69 @@ pub struct ComputeTerms {
     op_offload: u64,
     /// Whether the scheduler keeps [`PIPELINE_COPIES`] copies of each split's inputs.
     pipeline_parallel: bool,
+    /// Absorbed multi-head latent attention: the attention phase's live bytes besides the scores and the mask
+    /// (see [`MlaWidths::live_per_token`]), which then replace the fitted attention rows.
+    mla_live: Option<u64>,
+    /// MLA without flash attention: the contiguous transposed copy of V, a view of the K-only cache.
+    mla_v_cont: u64,
+    /// Bytes under the logits in a mixture of experts ([`MoeOutput::under_logits`]), `None` where no rule
+    /// applies.
+    moe_under_logits: Option<u64>,
+    /// The widest Mamba-2 layer's live bytes ([`Mamba2Widths::live_bytes`]), 0 without one.
+    ssm_live: u64,
+}
+
+/// The per-token widths of DeepSeek's absorbed multi-head latent attention (src/models/deepseek2.cpp, graph
+/// constructor, `is_mla` branch), read from the tensor shapes the loader asks for
+/// (`llama_model_deepseek2::load_arch_tensors`): `attn_k_b` is `{n_embd_head_qk_nope, kv_lora_rank, n_head}` and
+/// `attn_kv_a_mqa` is `{n_embd, kv_lora_rank + n_embd_head_qk_rope}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MlaWidths {
+    n_head: u64,
+    kv_lora_rank: u64,
+    /// `kv_lora_rank + n_embd_head_qk_rope`: the width of one head of the absorbed query and of the K cache row.
+    qk_width: u64,
+}
+
+impl MlaWidths {
+    /// The widest absorbed attention among the model's layers, `None` without `attn_k_b` (no MLA).
+    fn of(model: &ModelSpec) -> Option<Self> {
+        let of_name = |suffix: &'static str| {
+            model
+                .tensors
+                .iter()
+                .filter(move |t| t.name.ends_with(suffix))
+                .map(|t| t.shape.as_slice())
+        };
+        // Shapes are outermost first: `attn_k_b` [n_head, kv_lora_rank, qk_nope], `attn_kv_a_mqa` [kv_lora_rank
+        // + qk_rope, n_embd].
+        let (n_head, kv_lora_rank) = of_name("attn_k_b.weight")
+            .filter_map(|s| Some((*s.first()?, *s.get(1)?)))
+            .max()?;
+        let qk_width = of_name("attn_kv_a_mqa.weight")
+            .filter_map(|s| s.first().copied())
+            .max()?;
+        Some(MlaWidths {
+            n_head,
+            kv_lora_rank,
+            qk_width,
+        })
+    }
+
+    /// f32 elements per token live at the attention peak. The graph (deepseek2.cpp) builds `q_nope_absorbed =
+    /// mul_mat(wk_b, q_nope)`, `{kv_lora_rank, n_head}` per token, then `Qcur = concat(q_nope_absorbed, q_pe)`,
+    /// `{kv_lora_rank + rope, n_head}`, allocated while its inputs are live, so it stacks above them; the
+    /// attention's output (`build_attn_mha`: `ggml_flash_attn_ext`, or `kq` times the latent V without flash
+    /// attention) is `{kv_lora_rank, n_head}` per token before `wv_b` narrows it; the layer input (`inpSA`)
+    /// stays live for the residual add. So: `n_embd + n_head * (kv_lora_rank + rope) + 2 * n_head *
+    /// kv_lora_rank`. Against the pinned engine (tests/fixtures/llama-cpp/arch/measured-cpu.json): DeepSeek-V3
+    /// 211,968 per token where the engine's attention phase is 206,848..208,896 (fa off and on, 512 and 2048
+    /// tokens); DeepSeek-V2-Lite 27,648 where the engine's is 27,648 (`-c 32768 -np 4 -fa off`).
+    fn live_per_token(&self, n_embd: u64) -> Result<u64, ParamError> {
+        let absorbed_q = mul(W, self.n_head, self.qk_width)?;
+        let latent = product(W, &[2, self.n_head, self.kv_lora_rank])?;
+        add(W, add(W, n_embd, absorbed_q)?, latent)
+    }
 }
 
 /// Peak compute bytes of the graph's phases.
@@ -179,13 +256,61 @@ impl ComputeTerms {
             .max()
             .unwrap_or(0);
         let gpus = !machine.gpus.is_empty();
+        let mla = MlaWidths::of(model);
+        let mla_live = match mla {
+            Some(m) => Some(product(W, &[m.live_per_token(heads.n_embd)?, t, F32])?),
+            None => None,
+        };
+        // Without flash attention, V of the K-only MLA cache is a view of K that is not transposed, so
+        // build_attn_mha copies it (`if (!v_trans) v = ggml_cont(ctx0, ggml_transpose(ctx0, v))`), in the cache's
+        // type: `kv_lora_rank` rows of `n_kv` cells per stream. Measured: 4 MiB at -c 4096 and 32 MiB at
+        // -c 32768 -np 4 for both DeepSeek shapes, the residue after the scores and the mask.
+        let mla_v_cont = match mla {
+            Some(m) if !r.flash_attn => product(
+                W,
+                &[
+                    row_size(params.type_k, n_kv),
+                    m.kv_lora_rank,
+                    u64::from(r.n_stream),
+                ],
+            )?,
+            _ => 0,
+        };
+        let row = product(W, &[heads.n_embd, t, F32])?;
+        let ssm_live = match Mamba2Widths::of(model)? {
+            Some(m) => m.live_bytes(r, row)?,
+            None => 0,
+        };
+        let mask_elem = if r.flash_attn { F16 } else { F32 };
+        let mask = product(W, &[n_kv, t, mask_elem])?;
+        // The inputs the last attention frees, allocated first at the bottom of the buffer (the trace's
+        // order): the positions and output ids (i32 per token), and per KV cache its K and V cell indices (i64
+        // per token, llama-kv-cache.cpp `build_input_k_idxs`/`build_input_v_idxs`) and its KQ mask; a model with
+        // both full and sliding-window layers has one of each (llama-graph.cpp `build_attn_inp_kv_iswa`).
+        let (swa_mask, caches) = match r.swa_cells {
+            Some(cells) if attends && any_full => {
+                (product(W, &[u64::from(cells), t, mask_elem])?, 2)
+            }
+            _ => (0, u64::from(attends)),
+        };
+        let input_hole = [
+            swa_mask,
+            product(W, &[2, t, I32])?,
+            product(W, &[2, caches, t, I64])?,
+        ]
+        .into_iter()
+        .try_fold(mask, |a, b| add(W, a, b))?;
+        let moe_under_logits = match MoeOutput::of(model) {
+            Some(m) => m.under_logits(row, t, input_hole)?,
+            None => None,
+        };
         let op_offload = if gpus && t >= OP_OFFLOAD_MIN_BATCH && placement.gpu_layers > 0 {
             largest_host_matmul
         } else {
             0
         };
         Ok(ComputeTerms {
-            row: product(W, &[heads.n_embd, t, F32])?,
+            row,
             kv_row: product(W, &[n_embd_k_gqa, t, F32])?,
             wide_row: product(W, &[wide, t, F32])?,
             input_row: mul(W, t, I32)?,
@@ -195,7 +320,7 @@ impl ComputeTerms {
             } else {
                 product(W, &[n_kv, t, heads.head_count.max(), F32])?
             },
-            mask: product(W, &[n_kv, t, if r.flash_attn { F16 } else { F32 }])?,
+            mask,
             flash_attn: r.flash_attn,
             quantized_k: params.type_k.is_quantized(),
             holds_blocks,
@@ -203,6 +328,10 @@ impl ComputeTerms {
             gpus,
             op_offload,
             pipeline_parallel: r.pipeline_parallel,
+            mla_live,
+            mla_v_cont,
+            ssm_live,
+            moe_under_logits,
         })
     }
 
@@ -210,19 +339,24 @@ impl ComputeTerms {
     /// logits and the live rows. Blocks: the attention (without flash attention the f32 scores of every head)
     /// or the feed-forward, whichever is larger, plus the mask and the inputs.
     fn phases(&self, c: &ComputeConstants) -> Result<Phases, ParamError> {
-        let output = add(W, self.logits, mul(W, c.output_live_rows, self.row)?)?;
+        let live = mul(W, c.output_live_rows, self.row)?;
+        let under = self.moe_under_logits.map_or(live, |b| b.max(live));
+        let output = add(W, self.logits, under)?;
         let inputs = mul(W, c.input_rows_i32, self.input_row)?;
         let kv_rows = if self.quantized_k {
             c.attn_kv_rows.saturating_sub(1)
         } else {
             c.attn_kv_rows
         };
-        let attention = [
-            mul(W, c.attn_embd_rows, self.row)?,
-            mul(W, kv_rows, self.kv_row)?,
-        ]
-        .into_iter()
-        .try_fold(self.scores, |a, b| add(W, a, b))?;
+        let attention = match self.mla_live {
+            Some(live) => add(W, add(W, self.scores, live)?, self.mla_v_cont)?,
+            None => [
+                mul(W, c.attn_embd_rows, self.row)?,
+                mul(W, kv_rows, self.kv_row)?,
+            ]
+            .into_iter()
+            .try_fold(self.scores, |a, b| add(W, a, b))?,
+        };
         let ffn = [
             mul(W, c.ffn_embd_rows, self.row)?,
             if self.flash_attn { 0 } else { self.row },
@@ -233,7 +367,11 @@ impl ComputeTerms {
         })?;
         Ok(Phases {
             output,
-            layers: add(W, add(W, attention.max(ffn), self.mask)?, inputs)?,
+            layers: add(
+                W,
+                add(W, attention.max(ffn).max(self.ssm_live), self.mask)?,
+                inputs,
+            )?,
             // With the layers elsewhere the host keeps the embedding rows it looked up, the mask and the inputs.
             host_inputs: add(W, add(W, self.row, self.mask)?, inputs)?,
         })

@@ -57,6 +57,10 @@ pub enum ParamError {
     ModelOverflow { what: &'static str },
     #[error("the {what} overflows 64 bits with these parameters; lower -c, -ub or -np")]
     Overflow { what: &'static str },
+    #[error(
+        "general.architecture {arch:?}: the pinned llama.cpp keeps {what}, which this memory model does not compute; it is refused rather than planned with another architecture's rules"
+    )]
+    UnmodelledArchitecture { arch: String, what: &'static str },
 }
 
 impl ParamError {
@@ -68,6 +72,7 @@ impl ParamError {
                 | ParamError::ModelOverflow { .. }
                 | ParamError::MissingHparam(_)
                 | ParamError::NoTrainedContext
+                | ParamError::UnmodelledArchitecture { .. }
         )
     }
 }

@@ -6,6 +6,7 @@ use super::layers::{Placement, Slot};
 use super::params::Context;
 use super::{DeviceMemory, F32, Params};
 use optimizer_model::{GgmlType, Hparams, PerLayer};
+use serde::Serialize;
 
 /// The KV cache pads the context to 256 cells (llama-context.cpp L290, L296).
 pub(super) const KV_PAD: u64 = 256;
@@ -93,7 +94,8 @@ const HYBRID_TRUNK_FILTERS: &[&str] =
     &["qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"];
 
 /// Which caches the engine's main context gives block `il`: `(attention KV, recurrent state)`, per architecture
-/// as src/llama-model.cpp `llama_model::create_memory` picks its layer filters; `recurrent` is whether the block
+/// as src/llama-model.cpp `llama_model::create_memory` picks its layer filters (none at all for the
+/// architectures it gives no memory, [`super::archs::NO_MEMORY`]); `recurrent` is whether the block
 /// holds recurrent (SSM) tensors, the model's reading of `is_recr(il)`.
 /// - falcon-h1: both for every block (`filter_attn` and `filter_recr` return true): each block runs attention
 ///   and Mamba-2 side by side.
@@ -105,12 +107,19 @@ const HYBRID_TRUNK_FILTERS: &[&str] =
 ///   reuses `n_layer_nextn` and is attended by the trunk: `router_layer >= 0`); the recurrent state, for
 ///   recurrent architectures, on the recurrent blocks.
 pub(super) fn caches(arch: &str, h: &Hparams, il: u32) -> (bool, bool) {
+    if super::archs::NO_MEMORY.contains(&arch) {
+        return (false, false);
+    }
     let recurrent = h
         .recurrent_layers
         .get(il as usize)
         .copied()
         .unwrap_or(false);
     let trunk = u64::from(il) < super::layers::trunk_layers(h);
+    // Gemma-3n/Gemma 4: blocks from `n_layer_kv_from_start` on reuse an earlier block's cache (Hparams doc).
+    if h.kv_layers_from_start.is_some_and(|n| u64::from(il) >= n) {
+        return (false, recurrent);
+    }
     if arch == "falcon-h1" {
         (true, true)
     } else if HYBRID_TRUNK_FILTERS.contains(&arch) {
@@ -125,8 +134,56 @@ pub(super) fn caches(arch: &str, h: &Hparams, il: u32) -> (bool, bool) {
     }
 }
 
+/// Which cache a [`CacheMemory`] is: the engine allocates one of each kind it needs and prints each
+/// (`llama_kv_cache: size = ...` once per attention cache, `llama_memory_recurrent: size = ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheKind {
+    /// The attention cache of the full-context layers (the only one of a model without windowed layers; the
+    /// engine's "non-SWA" cache of an iSWA model).
+    Kv,
+    /// The attention cache of the sliding-window (or chunked) layers: `swa_cells` cells per stream.
+    KvSwa,
+    /// The recurrent state of the recurrent (SSM, linear-attention) layers: one cell per sequence.
+    Recurrent,
+}
+
+/// One cache, summed over the devices its layers are on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CacheMemory {
+    pub kind: CacheKind,
+    /// Layers the cache holds rows for.
+    pub layers: u32,
+    /// Cells per stream (one per sequence for the recurrent state).
+    pub cells: u32,
+    pub bytes: u64,
+}
+
+/// Adds `bytes` for one more layer of cache `kind` to `caches`.
+fn count(
+    caches: &mut Vec<CacheMemory>,
+    kind: CacheKind,
+    cells: u32,
+    bytes: u64,
+) -> Result<(), ParamError> {
+    match caches.iter_mut().find(|c| c.kind == kind) {
+        Some(c) => {
+            c.layers += 1;
+            c.bytes = add("cache", c.bytes, bytes)?;
+        }
+        None => caches.push(CacheMemory {
+            kind,
+            layers: 1,
+            cells,
+            bytes,
+        }),
+    }
+    Ok(())
+}
+
 /// Adds the KV cache of every attention layer and the recurrent state of every recurrent layer to the device
-/// holding the layer (the host with `-nkvo`), by the engine's per-architecture layer filters ([`caches`]).
+/// holding the layer (the host with `-nkvo`), by the engine's per-architecture layer filters ([`caches`]), and
+/// returns the caches one by one.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn place(
     arch: &str,
@@ -137,7 +194,8 @@ pub(super) fn place(
     heads: &Heads,
     placement: &Placement,
     mem: &mut [DeviceMemory],
-) -> Result<(), ParamError> {
+) -> Result<Vec<CacheMemory>, ParamError> {
+    let mut out = Vec::new();
     let device_of = |il: u32| {
         if params.no_kv_offload {
             0
@@ -157,6 +215,22 @@ pub(super) fn place(
         }
     }
     const KV: &str = "KV cache";
+    let swa = |l: usize| h.sliding_window_layers.get(l).copied().unwrap_or(false);
+    // Per-layer head sizes: a windowed layer uses `key_length_swa`/`value_length_swa` where the file has them
+    // (llama-hparams.cpp `n_embd_head_k(il)`: `is_swa(il) ? n_embd_head_k_swa : n_embd_head_k_full`).
+    let head_k = |l: usize| match h.key_length_swa {
+        Some(k) if swa(l) => k,
+        _ => n_embd_head_k,
+    };
+    let head_v = |l: usize| match h.value_length_swa {
+        Some(v) if swa(l) => v,
+        _ => n_embd_head_v,
+    };
+    // Without flash attention V is stored transposed and as wide as the widest layer's (n_embd_v_gqa_max).
+    let v_gqa_max = (0..placement.n_layer as usize)
+        .map(|l| head_v(l) * head_kv.get(l).unwrap_or(0))
+        .max()
+        .unwrap_or(0);
     for il in 0..placement.n_layer {
         let l = il as usize;
         if !caches(arch, h, il).0 {
@@ -166,19 +240,21 @@ pub(super) fn place(
         if kv_heads == 0 {
             continue;
         }
-        let cells = match swa_cells {
-            Some(c) if h.sliding_window_layers.get(l).copied().unwrap_or(false) => c,
-            _ => ctx.n_ctx_seq,
+        let (kind, cells) = match swa_cells {
+            Some(c) if h.sliding_window_layers.get(l).copied().unwrap_or(false) => {
+                (CacheKind::KvSwa, c)
+            }
+            _ => (CacheKind::Kv, ctx.n_ctx_seq),
         };
-        let k = cache_row("K", params.type_k, mul(KV, n_embd_head_k, kv_heads)?)?;
+        let k = cache_row("K", params.type_k, mul(KV, head_k(l), kv_heads)?)?;
         // llama-kv-cache.cpp L209-234: an MLA cache holds the latent K only; without flash attention V is stored
         // transposed and every layer's V is as wide as the widest (n_embd_v_gqa_max).
         let v = if is_mla {
             0
         } else if ctx.flash_attn {
-            cache_row("V", params.type_v, mul(KV, n_embd_head_v, kv_heads)?)?
+            cache_row("V", params.type_v, mul(KV, head_v(l), kv_heads)?)?
         } else {
-            cache_row("V", params.type_v, mul(KV, n_embd_head_v, head_kv.max())?)?
+            cache_row("V", params.type_v, v_gqa_max)?
         };
         let bytes = product(
             KV,
@@ -186,6 +262,7 @@ pub(super) fn place(
         )?;
         let m = &mut mem[device_of(il)];
         m.kv_cache_bytes = add(KV, m.kv_cache_bytes, bytes)?;
+        count(&mut out, kind, cells, bytes)?;
     }
     if let Some(ssm) = &h.ssm {
         // llama-memory-recurrent: per recurrent layer, conv state n_embd_r and SSM state n_embd_s in f32, one
@@ -195,19 +272,25 @@ pub(super) fn place(
         let d_inner = ssm.inner_size.unwrap_or(0);
         let d_state = ssm.state_size.unwrap_or(0);
         let n_group = ssm.group_count.unwrap_or(0);
-        let r = mul(
-            RS,
-            d_conv.saturating_sub(1),
-            add(RS, d_inner, product(RS, &[2, n_group, d_state])?)?,
-        )?;
+        // LFM2's short convolution keeps `l_cache - 1` rows of the embedding instead of Mamba's conv state.
+        let r = match ssm.shortconv_cache {
+            Some(l) => mul(RS, heads.n_embd, l.saturating_sub(1))?,
+            None => mul(
+                RS,
+                d_conv.saturating_sub(1),
+                add(RS, d_inner, product(RS, &[2, n_group, d_state])?)?,
+            )?,
+        };
         let s = mul(RS, d_state, d_inner)?;
         let bytes = product(RS, &[add(RS, r, s)?, F32, u64::from(ctx.n_seq)])?;
         for il in 0..placement.n_layer {
             if caches(arch, h, il).1 {
                 let m = &mut mem[device_of(il)];
                 m.kv_cache_bytes = add(RS, m.kv_cache_bytes, bytes)?;
+                count(&mut out, CacheKind::Recurrent, ctx.n_seq, bytes)?;
             }
         }
     }
-    Ok(())
+    out.sort_by_key(|c| c.kind);
+    Ok(out)
 }

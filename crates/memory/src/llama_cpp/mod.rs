@@ -19,7 +19,10 @@
 //! `compute` (compute buffers and their fitted [`ComputeConstants`]); the output buffer and the per-GPU
 //! overhead are a line each here, and `error` holds [`ParamError`] and the checked arithmetic.
 
+mod archs;
 mod compute;
+mod compute_moe;
+mod compute_ssm;
 mod error;
 mod kv;
 mod layers;
@@ -31,10 +34,11 @@ use serde::Serialize;
 use optimizer_model::{GgmlType, ModelSpec};
 
 #[doc(hidden)]
+pub use archs::{NO_MEMORY, UNMODELLED, VERIFIED, verified};
 pub use compute::ComputeTerms;
 pub use compute::{COMPUTE_CONSTANTS, ComputeConstants};
 pub use error::ParamError;
-pub use kv::row_size;
+pub use kv::{CacheKind, CacheMemory, row_size};
 pub use layers::layer_devices;
 pub use weights::repacks;
 
@@ -89,6 +93,20 @@ pub struct Params {
     pub n_cpu_moe: u32,
     /// `--swa-full`: full-size cache for sliding-window layers.
     pub swa_full: bool,
+    /// `-lzm`: whether tensors the architecture marks for on-demand reading are read from disk as needed.
+    pub lazy_mode: LazyMode,
+}
+
+/// `-lzm` / `--lazy-mode` (common/arg.cpp; include/llama.h `llama_lazy_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LazyMode {
+    /// Every tensor resident.
+    Off,
+    /// Marked tensors larger than 4 GiB read on demand (the default).
+    #[default]
+    Auto,
+    /// Every marked tensor read on demand.
+    On,
 }
 
 impl Default for Params {
@@ -110,6 +128,7 @@ impl Default for Params {
             no_host: false,
             n_cpu_moe: 0,
             swa_full: false,
+            lazy_mode: LazyMode::Auto,
         }
     }
 }
@@ -157,6 +176,9 @@ pub struct DeviceMemory {
     /// Host only, with mmap: the model files the engine maps whole. Page cache the kernel can reclaim, so it
     /// is reported beside the total rather than in it.
     pub mapped_bytes: u64,
+    /// Host only: tensors read from disk on demand (`-lzm`, [`LazyMode`]): mapped page cache, beside the total
+    /// rather than in it, and not in `weights_bytes`.
+    pub lazy_bytes: u64,
 }
 
 impl DeviceMemory {
@@ -206,6 +228,8 @@ pub struct Estimate {
     pub engine: &'static str,
     pub resolved: Resolved,
     pub devices: Vec<DeviceMemory>,
+    /// The KV caches and recurrent state one by one (their bytes are in the devices' `kv_cache_bytes`).
+    pub caches: Vec<CacheMemory>,
     pub total_bytes: u64,
     /// What the engine does that the user may not expect (clamped values, repacked types).
     pub notes: Vec<String>,
@@ -298,9 +322,12 @@ fn estimate_checked(
     machine: &Machine,
     constants: &ComputeConstants,
 ) -> Result<(Estimate, Terms), ParamError> {
+    archs::check(&model.architecture)?;
     let h = &model.hparams;
     let gpus = &machine.gpus;
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = archs::unverified_note(&model.architecture)
+        .into_iter()
+        .collect();
     let ctx = params::context(h, params, &mut notes)?;
     let placement = Placement::resolve(h, params, machine, &mut notes)?;
     let mut mem: Vec<DeviceMemory> = (0..=gpus.len())
@@ -314,7 +341,7 @@ fn estimate_checked(
 
     let heads = Heads::of(h)?;
     let swa_cells = params::swa_cells(h, params, &ctx)?;
-    kv::place(
+    let caches = kv::place(
         &model.architecture,
         h,
         params,
@@ -385,6 +412,7 @@ fn estimate_checked(
             engine: ENGINE,
             resolved,
             devices,
+            caches,
             total_bytes,
             notes,
         },

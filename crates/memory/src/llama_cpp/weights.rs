@@ -3,7 +3,7 @@
 
 use super::error::{ParamError, add};
 use super::layers::{Placement, Slot, slot};
-use super::{DeviceMemory, Machine, Params};
+use super::{DeviceMemory, LazyMode, Machine, Params};
 use optimizer_model::{Dtype, GgmlType, ModelSpec, Role, TensorInfo};
 
 /// Whether the CPU backend repacks a weight of this type and shape into `CPU_REPACK`
@@ -102,26 +102,66 @@ fn repacks_type(ty: GgmlType, ne1: u64, f: SimdFlags) -> bool {
 ///   only MUL_MAT and MUL_MAT_ID), so the embedding sits in `CPU`; the duplicate goes to `CPU_REPACK` when
 ///   repacking is on and its type and row count repack ([`repacks_type`], e.g. Q4_0 or Q4_K on AVX2), adding a
 ///   repacked copy of the whole embedding (316.4 MiB for Gemma-2-2B in Q4_0); else it shares the `CPU` copy.
+///
+/// The sharing needs the embedding to exist when the duplicate is made. [`DUPLICATE_FIRST`] architectures create
+/// the duplicate first (src/models/gemma3n.cpp L28-34, src/models/gemma4.cpp L50-56: `output` before
+/// `tok_embd`), so the lookup finds nothing and the output always gets its own copy, in the host's `CPU` buffer
+/// when it does not repack (measured: Gemma-3n-E2B `--no-repack` 2684 MiB against 2395 without the copy).
 fn tied_output_copy(
     embd: &TensorInfo,
     output_dev: Option<usize>,
     host_buffer: bool,
     repack: bool,
     cpu_features: &[String],
+    duplicate_first: bool,
 ) -> Option<(Option<usize>, bool)> {
     match output_dev {
         Some(gpu) => Some((Some(gpu), false)),
-        None if host_buffer => None,
+        None if host_buffer => duplicate_first.then_some((None, false)),
         None => {
             let Dtype::Ggml(ty) = embd.dtype else {
                 return None;
             };
-            (repack
+            let repacked = repack
                 && embd.shape.len() == 2
-                && repacks_type(ty, ne1(&embd.shape), SimdFlags::of(cpu_features)))
-            .then_some((None, true))
+                && repacks_type(ty, ne1(&embd.shape), SimdFlags::of(cpu_features));
+            match (repacked, duplicate_first) {
+                (true, _) => Some((None, true)),
+                (false, true) => Some((None, false)),
+                (false, false) => None,
+            }
         }
     }
+}
+
+/// Tied architectures whose loader creates the output duplicate of `token_embd.weight` before the embedding
+/// itself, so the two are never shared (see [`tied_output_copy`]); found by comparing the line of the
+/// `TENSOR_DUPLICATED` create with the `tok_embd` create in every src/models/*.cpp of the pinned engine.
+const DUPLICATE_FIRST: &[&str] = &["gemma3n", "gemma4"];
+
+/// Architectures whose loader creates `per_layer_token_embd.weight` with `TENSOR_READ_LAZY`
+/// (src/models/gemma4.cpp L59, src/models/qwen4exp.cpp L191).
+const LAZY_ARCHS: &[&str] = &["gemma4", "qwen4exp"];
+
+/// `lazy_read::add`'s `auto_min_size` (src/llama-model-loader.cpp): under `-lzm auto` only larger tensors are
+/// read lazily.
+const LAZY_AUTO_MIN_BYTES: u64 = 4 << 30;
+
+/// Whether the engine reads `t` on demand (src/llama-model-loader.cpp `lazy_read::add`): a tensor the
+/// architecture marks, under `-lzm on`, or under `auto` when larger than 4 GiB. It then lives in a mapping of the
+/// file (`is_lazy_mapped`, src/llama-model.cpp `load_tensors`) whatever the load mode, on the host. The engine's
+/// own dry run (the fit pass, `no_alloc`) still counts it in the host's model buffer (measured: Gemma-4-E2B
+/// `-lzm on` prints the same 1477 MiB host model as `-lzm off`), so the comparison with the engine adds it back.
+/// Trade-off: mmap support is assumed (every CPU, CUDA, Metal and Vulkan device has it; integrated GPUs without
+/// it turn `auto` off, which the probe cannot see).
+fn reads_lazily(model: &ModelSpec, t: &TensorInfo, mode: LazyMode) -> bool {
+    LAZY_ARCHS.contains(&model.architecture.as_str())
+        && t.name == "per_layer_token_embd.weight"
+        && match mode {
+            LazyMode::Off => false,
+            LazyMode::Auto => t.bytes > LAZY_AUTO_MIN_BYTES,
+            LazyMode::On => true,
+        }
 }
 
 /// How a weight is used by the graph, as far as placement cares.
@@ -148,7 +188,8 @@ impl Kind for TensorInfo {
             // Only state-space (or unrecognised) tensors can be convolutions or A matrices; the name scan is
             // skipped for the rest, since a plan classifies every tensor hundreds of times.
             Role::Recurrent | Role::Other
-                if self.name.contains("conv1d") || self.name.contains("ssm_a") =>
+                // `ssm_a.` and not `ssm_a`: Qwen3.5's `ssm_alpha.weight` is a matmul weight the engine repacks.
+                if self.name.contains("conv1d") || self.name.contains("ssm_a.") =>
             {
                 TensorKind::Other
             }
@@ -195,6 +236,15 @@ pub(super) fn place(
             skipped = add("weights", skipped, t.bytes)?;
             continue;
         }
+        if reads_lazily(model, t, params.lazy_mode) {
+            mem[0].lazy_bytes = add("weights", mem[0].lazy_bytes, t.bytes)?;
+            notes.push(format!(
+                "-lzm: {} ({:.1} MiB) is read from the file on demand (mapped page cache, not in the weights or the totals)",
+                t.name,
+                t.bytes as f64 / f64::from(1u32 << 20)
+            ));
+            continue;
+        }
         let mut d = placement.device(s);
         // --n-cpu-moe keeps the routed experts of the first N layers on the CPU.
         if t.role == Role::Expert
@@ -236,6 +286,7 @@ pub(super) fn place(
             host_buffer(params, machine),
             repack,
             &machine.cpu_features,
+            DUPLICATE_FIRST.contains(&model.architecture.as_str()),
         )
     {
         let m = &mut mem[idx(d)];

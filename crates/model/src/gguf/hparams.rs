@@ -97,6 +97,7 @@ pub(super) fn hparams_from_metadata(
             state_size: u("ssm.state_size"),
             time_step_rank: u("ssm.time_step_rank"),
             group_count: u("ssm.group_count"),
+            shortconv_cache: u("shortconv.l_cache"),
         };
         (s != Ssm::default()).then_some(s)
     };
@@ -123,6 +124,9 @@ pub(super) fn hparams_from_metadata(
         value_length_mla: u("attention.value_length_mla"),
         q_lora_rank: u("attention.q_lora_rank"),
         nextn_predict_layers: nextn_predict_layers(&u, block_count),
+        kv_layers_from_start: kv_layers_from_start(arch, &u, block_count),
+        key_length_swa: u("attention.key_length_swa"),
+        value_length_swa: u("attention.value_length_swa"),
         rope,
         ssm,
         tied_embeddings: false,
@@ -290,3 +294,25 @@ fn swa_pattern(
 fn nextn_predict_layers(u: &dyn Fn(&str) -> Option<u64>, block_count: Option<u64>) -> Option<u64> {
     u("nextn_predict_layers").filter(|&n| n > 0 && block_count.is_some_and(|b| n <= b))
 }
+
+/// `hparams.n_layer_kv_from_start`: Gemma-3n's constant 20 (src/models/gemma3n.cpp `load_arch_hparams`) and
+/// Gemma 4's `n_layer_all - attention.shared_kv_layers` (src/models/gemma4.cpp, the key optional, default 0);
+/// every other architecture leaves it at -1 (every block has its own cache, src/llama-hparams.cpp `has_kv`).
+/// The blocks from there on reuse an earlier block's cache (src/llama-model.cpp `create_memory`, the `reuse`
+/// callback), so no cache is allocated for them.
+fn kv_layers_from_start(
+    arch: &str,
+    u: &dyn Fn(&str) -> Option<u64>,
+    block_count: Option<u64>,
+) -> Option<u64> {
+    match arch {
+        "gemma3n" => Some(GEMMA3N_KV_LAYERS_FROM_START),
+        "gemma4" => {
+            block_count.map(|n| n.saturating_sub(u("attention.shared_kv_layers").unwrap_or(0)))
+        }
+        _ => None,
+    }
+}
+
+/// src/models/gemma3n.cpp `load_arch_hparams`: `hparams.n_layer_kv_from_start = 20`.
+const GEMMA3N_KV_LAYERS_FROM_START: u64 = 20;

@@ -391,11 +391,24 @@ impl LlamaCpp<'_> {
                     )
                 })
                 .collect();
+            // The image-token budget: how many images of the projector's size one sequence's context holds.
+            let budget = match m.spec.as_deref().and_then(super::mmproj::image_tokens) {
+                Some(t) => format!(
+                    "; an image becomes {}{} tokens (tools/mtmd/clip.cpp clip_n_output_tokens), so {} images fill one sequence's {} tokens",
+                    if t.dynamic { "up to " } else { "" },
+                    t.per_image,
+                    super::mmproj::images_per_context(t, u64::from(c.size)),
+                    c.size
+                ),
+                None => {
+                    "; the tokens per image are not derived for this projector type".to_string()
+                }
+            };
             put(
                 "launch.mmproj",
                 Source::User,
                 format!(
-                    "--mmproj {}: the projector's weights ({}) on {}, the device the engine gives it (common/arg.cpp common_params_parse: it follows -dev's first entry; tools/mtmd/clip.cpp clip_ctx)",
+                    "--mmproj {}: the projector's weights ({}) on {}, the device the engine gives it (common/arg.cpp common_params_parse: it follows -dev's first entry; tools/mtmd/clip.cpp clip_ctx){budget}",
                     m.path,
                     on.join(", "),
                     if p.gpus.is_empty() {
