@@ -48,6 +48,10 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded_profiles.rs"));
 }
 
+/// The folder of the built-in price tables (`profiles/prices/`), which are not profiles of a [`ProfileKind`]:
+/// `recommend` reads them (issue 29).
+pub const PRICES_DIR: &str = "prices";
+
 /// The kinds of profile file, by directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProfileKind {
@@ -306,10 +310,11 @@ pub struct SourceFile {
 /// Profile files are a few KiB; anything larger is not a profile.
 pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
 
-/// The embedded built-in files.
+/// The embedded built-in profile files (the price tables apart, [`PRICES_DIR`]).
 pub fn builtin_files() -> Vec<SourceFile> {
     embedded::EMBEDDED
         .iter()
+        .filter(|(rel, _)| rel.split('/').next() != Some(PRICES_DIR))
         .map(|(rel, text)| SourceFile {
             origin: Origin {
                 path: format!("builtin:{rel}"),
@@ -549,7 +554,12 @@ pub fn builtin_set() -> Result<ProfileSet, Vec<Diagnostic>> {
             path: format!("builtin:{rel}"),
             builtin: true,
         };
-        let kind = rel.split('/').next().and_then(ProfileKind::from_dir);
+        let top = rel.split('/').next();
+        // Price tables (issue 29, `recommend`) live beside the profiles but are not profiles of these kinds.
+        if top == Some(PRICES_DIR) {
+            continue;
+        }
+        let kind = top.and_then(ProfileKind::from_dir);
         let pushed = match kind {
             Some(ProfileKind::Hardware) => entry(json, &origin).map(|e| set.hardware.push(e)),
             Some(ProfileKind::Workload) => entry(json, &origin).map(|e| set.workloads.push(e)),

@@ -28,6 +28,7 @@
 //! per term at the price of a few percent on activation-heavy configurations.
 
 mod activation;
+mod comm;
 mod graphs;
 mod kv;
 mod weights;
@@ -37,6 +38,10 @@ use optimizer_model::{Format, ModelSpec};
 pub use activation::{
     ACTIVATION_FIT, FLASHINFER_FP32_BYTES_PER_LOGIT, SAMPLER_SLOT_TABLE_BYTES, SamplerPath,
     TRITON_FP32_BYTES_PER_LOGIT, activation_peak_bytes, runner_buffers_bytes, sampler_path,
+};
+pub use comm::{
+    CUSTOM_AR_DEFAULT_MAX_BYTES, CUSTOM_AR_RANK_DATA_BYTES, TpBuffers, mnnvl_workspace_bytes,
+    symm_mem_buffer_bytes, tp_buffers,
 };
 pub use graphs::{
     CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, DEFAULT_MAX_GRAPH_SIZE, capture_sizes, cuda_graph_bytes,
@@ -65,9 +70,14 @@ pub const NON_TORCH_TP1_BYTES: u64 = 623_706_112;
 /// non-torch increase of 0.55 GiB at TP 2 against 0.14 GiB at TP 1 for the same checkpoint
 /// (`llmd-llama33-70b-fp8-*`), up to 0.555 − 0.135 = 0.42 GiB = 430 MiB, and 0.54 against 0.14 for Qwen3-32B
 /// (`llmd-qwen3-32b-*`), where the V0 ranks of `vllm-16570-qwen25-vl-72b-4xa100-40g-v083` show 0.34-0.43 GiB
-/// in all.
+/// in all. In the plan it stands for NCCL's share (communicators and the channel buffers NCCL sizes itself),
+/// and vLLM 0.33's own all-reduce buffers are added from its source ([`tp_buffers`]). Trade-off: the 0.11
+/// logs it was read from already held some of those buffers (the symmetric-memory and custom all-reduce
+/// ones existed then), so at TP 2 on an H100 the sum may count up to 0.19 GiB twice, outside the budget,
+/// where it only tightens the start-up check.
 pub const NON_TORCH_TP_EXTRA_BYTES: u64 = 430 << 20;
-/// The same with TP > 1: [`NON_TORCH_TP1_BYTES`] + [`NON_TORCH_TP_EXTRA_BYTES`].
+/// The same with TP > 1 before vLLM's own all-reduce buffers: [`NON_TORCH_TP1_BYTES`] +
+/// [`NON_TORCH_TP_EXTRA_BYTES`]; [`non_kv`] adds [`TpBuffers::before_snapshot_bytes`].
 pub const NON_TORCH_TP_BYTES: u64 = NON_TORCH_TP1_BYTES + NON_TORCH_TP_EXTRA_BYTES;
 
 /// `--dtype`.
@@ -168,8 +178,12 @@ pub struct Kv {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NonKv {
     pub weights: RankWeights,
-    /// CUDA context, cuBLAS and (TP > 1) NCCL, allocated before vLLM's snapshot: outside the requested budget.
+    /// CUDA context, cuBLAS and (TP > 1) NCCL and the all-reduce buffers of [`TpBuffers::before_snapshot_bytes`],
+    /// allocated before vLLM's snapshot: outside the requested budget.
     pub non_torch_bytes: u64,
+    /// The tensor-parallel buffers vLLM allocates itself ([`comm`]): those before the snapshot are in
+    /// `non_torch_bytes`, FlashInfer's all-reduce workspace is in the budget ([`NonKv::in_budget_bytes`]).
+    pub tp_buffers: TpBuffers,
     /// Peak of the profiling pass (forward over `max_num_batched_tokens`, then the sampler); the forward fitted.
     pub activation_peak_bytes: u64,
     /// The model runner's persistent sampler buffers (penalty bins, the Triton kernel's rows): torch memory
@@ -184,11 +198,13 @@ pub struct NonKv {
 
 impl NonKv {
     /// What vLLM's requested budget holds besides the KV cache: weights, the runner's sampler buffers, the
-    /// profiling peak and the CUDA-graph estimate (the non-torch memory is outside it). `None` on overflow.
+    /// FlashInfer all-reduce workspace (TP > 1), the profiling peak and the CUDA-graph estimate (the non-torch
+    /// memory is outside it). `None` on overflow.
     pub fn in_budget_bytes(&self) -> Option<u64> {
         self.weights
             .per_rank_bytes
             .checked_add(self.runner_buffers_bytes)
+            .and_then(|v| v.checked_add(self.tp_buffers.flashinfer_workspace_bytes))
             .and_then(|v| v.checked_add(self.activation_peak_bytes))
             .and_then(|v| v.checked_add(self.cuda_graph_bytes))
     }
@@ -305,8 +321,17 @@ pub fn kv(model: &ModelSpec, p: &Params) -> Result<Kv, VllmMemoryError> {
 
 pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, VllmMemoryError> {
     let weights = weights::weights(model, p.tensor_parallel, p.dtype)?;
+    let tp_buffers = comm::tp_buffers(
+        p.tensor_parallel,
+        &p.gpu,
+        model.hparams.embedding_length.unwrap_or(0),
+        p.dtype,
+        p.max_num_batched_tokens,
+    );
     let non_torch_bytes = if p.tensor_parallel > 1 {
         NON_TORCH_TP_BYTES
+            .checked_add(tp_buffers.before_snapshot_bytes())
+            .ok_or(VllmMemoryError::Overflow("non-torch bytes overflow"))?
     } else {
         NON_TORCH_TP1_BYTES
     };
@@ -320,6 +345,7 @@ pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, VllmMemoryError> {
     Ok(NonKv {
         weights,
         non_torch_bytes,
+        tp_buffers,
         activation_peak_bytes,
         runner_buffers_bytes,
         cuda_graph_bytes,
