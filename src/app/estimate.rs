@@ -1,6 +1,10 @@
-//! `estimate`: llama.cpp's memory per device for the flags given, and the context or parallel sweeps.
+//! `estimate`: llama.cpp's memory per device for the flags given, and the context or parallel sweeps; for a
+//! safetensors checkpoint, vLLM's ([`vllm`]).
 
 use super::*;
+
+mod vllm;
+pub use vllm::estimate_vllm;
 
 /// What `estimate` computes: llama.cpp's memory for given flags.
 #[derive(Debug, Clone)]

@@ -1,7 +1,8 @@
 //! `optimizer estimate`: llama.cpp's memory per device, with llama.cpp's own flag names so a user can paste
 //! their command line (`-c`, `-b`, `-ub`, `-np`, `-fa`, `-ctk`, `-ctv`, `-ngl`, `-ts`, `-nkvo`, `-lm`, `-lzm`), and the
 //! files charged beside the model: the draft model (`-md`, `-ngld`, `-ctkd`, `-ctvd`) and the multimodal projector
-//! (`-mm`/`--mmproj`, `--no-mmproj-offload`).
+//! (`-mm`/`--mmproj`, `--no-mmproj-offload`). A safetensors checkpoint directory (or `--runtime vllm`, or a pasted
+//! `vllm serve` line) is estimated for vLLM instead, with vLLM's flag names ([`vllm`]).
 
 use std::ffi::OsString;
 use std::fmt::Write;
@@ -13,6 +14,8 @@ use super::output::human_bytes;
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
 use crate::memory::llama_cpp::{CACHE_TYPES, FlashAttn, LazyMode, Params};
 use crate::model::GgmlType;
+
+mod vllm;
 
 /// llama-server flags a pasted command line may hold that do not change memory, and whether each takes a value:
 /// `estimate` accepts them and says it ignored them (common/arg.cpp of the pinned engine names them all).
@@ -57,6 +60,11 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
     let Some(at) = args.iter().position(|a| a == "estimate") else {
         return args;
     };
+    let args = if vllm::is_vllm_line(&args[at + 1..]) {
+        vllm::paste(args)
+    } else {
+        args
+    };
     let mut out: Vec<OsString> = args[..=at].to_vec();
     let mut it = args.into_iter().skip(at + 1).peekable();
     while let Some(a) = it.next() {
@@ -68,7 +76,11 @@ fn estimate_line(args: Vec<OsString>) -> Vec<OsString> {
             Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
             _ => (s.clone(), None),
         };
-        if let Some(&(_, takes)) = NO_MEMORY_EFFECT.iter().find(|(f, _)| *f == flag) {
+        if let Some(&(_, takes)) = NO_MEMORY_EFFECT
+            .iter()
+            .chain(vllm::NO_MEMORY_EFFECT)
+            .find(|(f, _)| *f == flag)
+        {
             let value = match (takes, inline) {
                 (true, Some(v)) => Some(v),
                 (true, None) => it.next().and_then(|v| v.into_string().ok()),
@@ -153,7 +165,7 @@ pub(super) fn llama_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString>
     ];
     args.map(|a| {
         let Some(s) = a.to_str() else { return a };
-        for (short, long) in MAP {
+        for (short, long) in MAP.iter().chain(vllm::SHORT) {
             if s == *short {
                 return OsString::from(*long);
             }
@@ -195,9 +207,11 @@ pub(super) enum RawFlashAttn {
 
 #[derive(Debug, Args)]
 pub(super) struct RawEstimate {
-    /// The model (.gguf, any shard of a split model).
+    /// The model (.gguf, any shard of a split model), or a safetensors checkpoint directory for vLLM.
     #[arg(short = 'm', long)]
     model: PathBuf,
+    #[command(flatten)]
+    vllm: vllm::RawVllm,
     /// Context size; 0 uses the model's trained context (llama.cpp's default).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     ctx_size: u32,
@@ -307,6 +321,8 @@ pub(super) struct Settings {
     sweep: Option<crate::app::SweepAxis>,
     ignored: Vec<String>,
     companions: crate::app::Companions,
+    /// vLLM's flags, when the estimate is vLLM's.
+    vllm: Option<crate::runtime::vllm::estimate::ServeFlags>,
 }
 
 fn cache_type(flag: &str, v: &str) -> Result<GgmlType, Failure> {
@@ -365,7 +381,13 @@ pub(super) fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
             offload: !raw.no_mmproj_offload,
         }),
     };
+    let vllm = if vllm::wanted(&raw.vllm, &raw.model) {
+        Some(vllm::settle(&raw.vllm)?)
+    } else {
+        None
+    };
     Ok(Settings {
+        vllm,
         companions,
         model: raw.model,
         params: Params {
@@ -410,6 +432,28 @@ pub(super) fn settle(raw: RawEstimate) -> Result<Settings, Failure> {
 }
 
 pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+    if let Some(flags) = &s.vllm {
+        let mut e = crate::app::estimate_vllm(common, &s.model, s.hardware.clone(), flags)?;
+        if !s.ignored.is_empty() {
+            e.notes.push(format!(
+                "accepted and ignored (no effect on memory): {}",
+                s.ignored.join(", ")
+            ));
+        }
+        let text = match s.format {
+            OutputFormat::Table => vllm::table(&e),
+            f => render(&e, f)?,
+        };
+        write_stdout(&text)?;
+        // Exit 3 as `resolve` does when nothing fits: the estimate on stdout says vLLM's error.
+        return match e.error {
+            None => Ok(()),
+            Some(err) => Err(Failure::new(
+                exit::NO_FIT,
+                anyhow::anyhow!("vLLM would not start with these flags: {err}"),
+            )),
+        };
+    }
     let req = crate::app::EstimateRequest {
         model: s.model.clone(),
         params: s.params.clone(),

@@ -232,16 +232,17 @@ fn the_kv_suggestion_names_the_flag_and_fits_when_followed() {
 #[test]
 fn the_vllm_fp8_suggestion_names_the_flag_and_fits_when_followed() {
     let m = vllm_models::materialize("Llama-3.1-8B");
-    // Two 32768-token sequences of a BF16 8B with a 16-bit cache on an L4 (compute capability 8.9).
+    // One 65536-token request of a BF16 8B with a 16-bit cache on an L4 (compute capability 8.9): vLLM starts
+    // when the pool holds one request at --max-model-len (issue 28), which 8 GiB of 16-bit KV does not fit.
     let base = [
         "--hardware",
         "l4",
         "--kv-type",
         "auto",
         "-c",
-        "32768",
+        "65536",
         "--parallel",
-        "2",
+        "1",
     ];
     let o = resolve("cpu-server.yaml", None, m.path(), "chat", &base);
     common::assert_exit(&o, 3);
@@ -262,6 +263,6 @@ fn the_vllm_fp8_suggestion_names_the_flag_and_fits_when_followed() {
     };
     assert_eq!(
         (s.kv_cache_dtype.as_str(), s.max_model_len, s.max_num_seqs),
-        ("fp8", 32768, 2)
+        ("fp8", 65536, 1)
     );
 }

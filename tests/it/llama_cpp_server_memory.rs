@@ -9,10 +9,9 @@
 //! `LLAMA_SERVER=/path/to/llama-server` it prints why and passes.
 
 use crate::common;
+use common::server::{free_port, health, loopback_args};
 use common::{fixture, inventory, profiles};
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -27,7 +26,6 @@ use optimizer_testkit::gguf_builder::{GgufBuilder, write_sparse};
 /// The fixture models load in well under a second; a minute fails a hung server without flaking on a busy host.
 const START_DEADLINE: Duration = Duration::from_secs(60);
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The engine prints buffer sizes in MiB with two decimals (`%8.2f MiB`, src/llama-model.cpp, llama-context.cpp).
 const MIB: f64 = 1024.0 * 1024.0;
 const PRINTED_MIB: f64 = 0.01;
@@ -38,26 +36,6 @@ const COMPUTE_ABS_MIB: f64 = 16.0;
 /// 256 tokens: within the engine's 128-token difference, common/speculative.cpp).
 const TARGET: &str = "llama-q4_k_m.gguf";
 const DRAFT: &str = "llama-tied-q8_0.gguf";
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn health(port: u16) -> Option<u16> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut s = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).ok()?;
-    s.set_read_timeout(Some(REQUEST_TIMEOUT)).ok()?;
-    s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut head = [0u8; 64];
-    let n = s.read(&mut head).ok()?;
-    let line = std::str::from_utf8(&head[..n]).ok()?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
 
 /// A LLaVA-style (`mlp`) projector scaled down, with every key and tensor `clip_model_loader` requires for that
 /// type (tools/mtmd/clip.cpp `load_hparams`, `load_tensors`; names from clip-impl.h `TN_*`): a 2-block ViT on
@@ -122,20 +100,7 @@ fn mlp_projector(n_embd_text: u64) -> GgufBuilder {
 /// Runs `argv` (the plan's llama-server command) until /health answers 200; returns the server's log.
 fn start(server: &std::ffi::OsStr, argv: &[String]) -> Result<String, String> {
     let port = free_port();
-    let mut args = argv[1..].to_vec();
-    // Threads change no buffer's size; the fixture host's count would only slow the warm-up on a small runner.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for (flag, value) in [
-        ("--host", "127.0.0.1".to_string()),
-        ("--port", port.to_string()),
-        ("-t", threads.to_string()),
-    ] {
-        let i = args
-            .iter()
-            .position(|a| a == flag)
-            .ok_or_else(|| format!("no {flag} in {argv:?}"))?;
-        args[i + 1] = value;
-    }
+    let mut args = loopback_args(argv, port)?;
     let log = tempfile::NamedTempFile::new().unwrap();
     // `-lv 4`: the buffer-size lines are info-level logs of the library, below the server's default verbosity.
     args.extend(["-lv".to_string(), "4".to_string()]);

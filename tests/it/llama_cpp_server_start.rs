@@ -9,10 +9,11 @@
 //! argument-table check in tests/it/llama_cpp_argv_table.rs covers that part).
 
 use crate::common;
+use common::server::{REQUEST_TIMEOUT, free_port, health, loopback_args};
 use common::{fixture, inventory, profiles};
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,31 +25,6 @@ use optimizer::plan::Overrides;
 const START_DEADLINE: Duration = Duration::from_secs(60);
 /// Between /health polls.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
-/// Per-request socket timeout, so a server that accepts and never answers cannot hang the poll.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A port the kernel just handed out on loopback (released before the server binds it).
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The status code of `GET /health`, or None when nothing answers.
-fn health(port: u16) -> Option<u16> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut s = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).ok()?;
-    s.set_read_timeout(Some(REQUEST_TIMEOUT)).ok()?;
-    s.set_write_timeout(Some(REQUEST_TIMEOUT)).ok()?;
-    s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut head = [0u8; 64];
-    let n = s.read(&mut head).ok()?;
-    let line = std::str::from_utf8(&head[..n]).ok()?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
 
 /// The whole response to a request (`Connection: close`), or None when nothing answers.
 fn request(port: u16, head: &str, body: &str) -> Option<String> {
@@ -95,17 +71,7 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
         let argv = &common::artifact(&doc, "llama-server").argv;
         assert_eq!(argv[0], "llama-server", "{workload}: program");
         let port = free_port();
-        let mut args = argv[1..].to_vec();
-        for (flag, value) in [
-            ("--host", "127.0.0.1".to_string()),
-            ("--port", port.to_string()),
-        ] {
-            let i = args
-                .iter()
-                .position(|a| a == flag)
-                .unwrap_or_else(|| panic!("{workload}: no {flag} in {argv:?}"));
-            args[i + 1] = value;
-        }
+        let args = loopback_args(argv, port).unwrap_or_else(|e| panic!("{workload}: {e}"));
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut child = Command::new(&server)
             .args(&args)

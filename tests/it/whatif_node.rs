@@ -170,7 +170,13 @@ fn every_builtin_node_validates_and_plans_its_gpus_and_host() {
     for e in &set.nodes {
         let n = &e.value;
         let (d, code) = resolve(&m8, "inference", &n.id, &[]);
-        assert_eq!(code, 0, "{}: {:?}", n.id, d.suggestions);
+        // A plan that fits but misses the preset's speed targets (exit 5, e.g. a Mac mini) still plans the node.
+        assert!(
+            code == 0 || code == 5,
+            "{}: exit {code}, {:?}",
+            n.id,
+            d.suggestions
+        );
         assert_eq!(d.hardware.gpus.len(), n.gpus.count as usize, "{}", n.id);
         assert_eq!(
             d.hardware.memory_total_bytes, n.host.memory_bytes,

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod alloc;
+pub(crate) mod server;
 pub(crate) mod vllm_models;
 
 use std::path::{Path, PathBuf};

@@ -230,25 +230,33 @@ pub(super) fn tp_sizes(
     Ok((sizes, why))
 }
 
-/// vLLM 0.33's default `--max-num-batched-tokens` for `vllm serve` on this GPU (vllm/engine/arg_utils.py
-/// `EngineArgs.get_batch_defaults`, OPENAI_API_SERVER): 16384 from 160 GiB, 8192 from 70 GiB except A100s, 2048
-/// otherwise.
-pub(super) fn batched_tokens(g: &FleetGpu) -> (u32, String) {
-    use crate::units::{GIB_BYTES as GIB, gib};
+/// vLLM 0.33's tier of `vllm serve` defaults for a GPU (vllm/engine/arg_utils.py `EngineArgs.get_batch_defaults`,
+/// OPENAI_API_SERVER): from 160 GiB the largest; from 70 GiB, except A100s and the GB10 (compute capability 12.1,
+/// "the memory but not the compute of a large discrete GPU"), the H100 tier; else the small one. Returns
+/// (`max_num_batched_tokens`, `max_num_seqs`).
+pub(crate) fn serve_defaults(g: &FleetGpu) -> (u32, u32) {
+    use crate::units::GIB_BYTES as GIB;
     let mem = g.memory_total_bytes;
     let a100 = g.name.to_lowercase().contains("a100") || g.profile.contains("a100");
-    let t = if mem >= 160 * GIB {
-        16384
-    } else if mem >= 70 * GIB && !a100 {
-        8192
+    let gb10 = g.compute_capability == Some((12, 1));
+    if mem >= 160 * GIB {
+        (16384, 1024)
+    } else if mem >= 70 * GIB && !a100 && !gb10 {
+        (8192, 1024)
     } else {
-        2048
-    };
+        (2048, 256)
+    }
+}
+
+/// vLLM 0.33's default `--max-num-batched-tokens` for `vllm serve` on this GPU ([`serve_defaults`]).
+pub(super) fn batched_tokens(g: &FleetGpu) -> (u32, String) {
+    use crate::units::gib;
+    let t = serve_defaults(g).0;
     (
         t,
         format!(
             "vLLM 0.33's own default for vllm serve on a {:.0} GiB {} (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults): the chunk a prefill is cut into, kept so the plan runs the scheduler vLLM tunes",
-            gib(mem),
+            gib(g.memory_total_bytes),
             g.name
         ),
     )

@@ -7,6 +7,7 @@ use crate::runtime::{Candidate, Described};
 use optimizer_memory::vllm::{self as mem, KvCacheDtype};
 use std::collections::BTreeMap;
 
+use super::admission::{self, SeqBound};
 use super::choose::{attention_backend, utilization};
 use super::{EAGER_LAUNCH_PER_LAYER_S, PlanMemory, Point, Vllm, dtype_name, launch};
 
@@ -105,43 +106,16 @@ impl Vllm<'_> {
         }
         let per_seq = crate::runtime::context_provenance(ov, w, self.n_ctx_train, "vLLM");
         put("settings.max_model_len", per_seq.0, per_seq.1);
-        let ceiling = self.replicas(p.tp).1;
-        if ov.parallel.is_none() && p.max_num_seqs < ceiling {
-            put(
-                "settings.max_num_seqs",
-                Source::Computed,
-                format!(
-                    "the most sequences per replica whose KV cache fits at --max-model-len {}, up to workload {}'s {}{}: a throughput workload serves as many as fit rather than exit",
-                    c.size,
-                    w.id,
-                    self.concurrency,
-                    if p.replicas > 1 {
-                        format!(" over {} replicas ({ceiling} each)", p.replicas)
-                    } else {
-                        String::new()
-                    }
-                ),
-            );
-        } else {
-            put(
-                "settings.max_num_seqs",
-                if ov.parallel.is_some() {
-                    Source::User
-                } else {
-                    Source::Profile
-                },
-                format!(
-                    "workload {} concurrency {}{}",
-                    w.id,
-                    self.concurrency,
-                    if p.replicas > 1 {
-                        format!(" over {} replicas", p.replicas)
-                    } else {
-                        String::new()
-                    }
-                ),
-            );
-        }
+        let (why_seqs, seq_warning) = self.seqs_provenance(c, &m);
+        put(
+            "settings.max_num_seqs",
+            match p.seqs_bound {
+                SeqBound::Pinned => Source::User,
+                SeqBound::Workload => Source::Profile,
+                SeqBound::KvPool | SeqBound::Sla => Source::Computed,
+            },
+            why_seqs,
+        );
         put(
             "settings.max_num_batched_tokens",
             Source::Rule,
@@ -151,7 +125,7 @@ impl Vllm<'_> {
             "settings.kv_cache_memory_bytes",
             Source::Computed,
             format!(
-                "every byte left per GPU: {:.2} GiB free - {:.2} GiB margin - {:.2} GiB weights - {:.2} GiB non-torch - {:.2} GiB sampler buffers ({} sequence slots) - {:.2} GiB profiling peak ({} sampler) - {:.2} GiB CUDA graphs, in whole blocks of {} bytes; the workload needs {:.2} GiB ({} sequences of {} tokens)",
+                "every byte left per GPU: {:.2} GiB free - {:.2} GiB margin - {:.2} GiB weights - {:.2} GiB non-torch - {:.2} GiB sampler buffers ({} sequence slots) - {:.2} GiB profiling peak ({} sampler) - {:.2} GiB CUDA graphs, in whole blocks of {} bytes; vLLM starts with at least {:.2} GiB here, one request of {} tokens and the null block (vllm/v1/core/kv_cache_planning.py get_kv_cache_configs, _check_enough_kv_cache_memory)",
                 gib(m.cap),
                 gib(m.reserve),
                 gib(m.nk.weights.per_rank_bytes),
@@ -161,10 +135,22 @@ impl Vllm<'_> {
                 gib(m.nk.activation_peak_bytes),
                 m.nk.sampler.name(),
                 gib(m.nk.cuda_graph_bytes),
-                m.kv.page_bytes,
-                gib(m.kv.min_bytes.saturating_mul(u64::from(p.max_num_seqs))),
-                p.max_num_seqs,
+                m.kv.bytes_per_block,
+                gib(admission::admission_bytes(&m.kv).unwrap_or(u64::MAX)),
                 c.size
+            ),
+        );
+        put(
+            "settings.max_concurrency",
+            Source::Computed,
+            format!(
+                "{} blocks / {} blocks per request of {} tokens: vLLM logs \"GPU KV cache size: {} tokens, Maximum concurrency for {} tokens per request: {:.2}x\" (vllm/v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config, update_kv_cache_capacity)",
+                m.capacity.num_blocks,
+                m.kv.blocks_per_request,
+                c.size,
+                thousands(m.capacity.tokens),
+                thousands(u64::from(c.size)),
+                m.capacity.max_concurrency
             ),
         );
         put(
@@ -303,6 +289,7 @@ impl Vllm<'_> {
             warnings.extend(warning);
         }
         warnings.extend(c.eval.notes.iter().cloned());
+        warnings.extend(seq_warning);
         Described {
             settings: Settings::Vllm(settings),
             topology,
@@ -315,7 +302,76 @@ impl Vllm<'_> {
     }
 }
 
+/// `n` with thousands separators, as vLLM prints token counts (`f"{num_tokens:,}"`).
+pub(super) fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 impl Vllm<'_> {
+    /// Why the candidate's `--max-num-seqs` is what it is, and a warning where vLLM will queue or preempt the
+    /// workload's requests at it.
+    fn seqs_provenance(&self, c: &Candidate<Point>, m: &PlanMemory) -> (String, Option<String>) {
+        let p = &c.point;
+        let w = self.workload();
+        let req_tokens = self.request_tokens(c.size);
+        let per = self.request_blocks(p, c.size).unwrap_or(1);
+        let held = admission::requests_held(m.capacity.num_blocks, per);
+        let (_, ceiling) = self.replicas(p.tp);
+        let replicas = if p.replicas > 1 {
+            format!(" over {} replicas ({ceiling} each)", p.replicas)
+        } else {
+            String::new()
+        };
+        let pool = format!(
+            "the KV pool ({} blocks) holds {held} of the workload's requests of {req_tokens} tokens ({} prompt + {} generated; {per} blocks each) and {:.2} at the full --max-model-len {}",
+            m.capacity.num_blocks,
+            w.prompt_tokens,
+            w.generation_tokens,
+            m.capacity.max_concurrency,
+            c.size
+        );
+        let why = match p.seqs_bound {
+            SeqBound::Pinned => format!("--parallel {}; {pool}", p.max_num_seqs),
+            SeqBound::Workload => format!(
+                "workload {} concurrency {}{replicas}; {pool}, so vLLM runs them all without preempting at their length",
+                w.id, self.concurrency
+            ),
+            SeqBound::KvPool => format!(
+                "workload {} concurrency {}{replicas}, lowered to the most sequences the KV pool holds at once: {pool}; more would make vLLM's scheduler preempt running requests (vllm/v1/core/sched/scheduler.py _preempt_request)",
+                w.id, self.concurrency
+            ),
+            SeqBound::Sla => format!(
+                "workload {} concurrency {}{replicas}, lowered to the most sequences whose predicted step meets its SLA ({:.1} ms per output token, {:.0} ms to the first); {pool}; a throughput workload queues the rest",
+                w.id,
+                self.concurrency,
+                c.eval.prediction.time_per_output_token_ms,
+                c.eval.prediction.time_to_first_token_ms
+            ),
+        };
+        let warning = match p.seqs_bound {
+            SeqBound::Pinned if held < u64::from(p.max_num_seqs) => Some(format!(
+                "--max-num-seqs {} is more than the {held} requests of {req_tokens} tokens the KV pool holds at once: vLLM starts, and preempts running requests when the pool runs out (they are recomputed later)",
+                p.max_num_seqs
+            )),
+            SeqBound::KvPool if self.req.objective != crate::profile::Objective::Throughput => {
+                Some(format!(
+                    "the KV pool holds {held} of workload {}'s {} requests at once: the others wait in vLLM's queue",
+                    w.id, self.concurrency
+                ))
+            }
+            _ => None,
+        };
+        (why, warning)
+    }
+
     /// An embedding plan's pooling runner with its provenance and, for a checkpoint that is not an embedding
     /// model, a warning; `None` for a generating plan. The pooling is the one vLLM reads from the checkpoint's
     /// sentence-transformers configuration (the model reader records it under

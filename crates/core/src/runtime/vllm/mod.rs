@@ -13,13 +13,16 @@
 //!   pinned with `--tensor-parallel`.
 //! - The KV cache is sized by the plan, not by vLLM's profiling: `--kv-cache-memory-bytes` is every byte the GPU
 //!   has left after the non-KV memory and the fit margin, so vLLM cannot disagree with the plan; a candidate fits
-//!   when that holds the workload's sequences at the full `--max-model-len`.
+//!   when vLLM would start with it, i.e. the cache holds one request at the full `--max-model-len` (vLLM 0.33's own
+//!   rule, [`admission`]), and `--max-num-seqs` is then chosen from the pool, the workload and its SLA.
 //! - The attention backend is predicted (vLLM 0.33's CUDA priority list by compute capability) and written to
 //!   the settings, but not pinned on the command line: vLLM checks head size, dtype and KV type combinations we do
 //!   not model, and a pinned backend it rejects would stop the server from starting.
 
+pub mod admission;
 mod choose;
 mod document;
+pub mod estimate;
 pub mod launch;
 mod space;
 mod speed;
@@ -56,6 +59,8 @@ pub struct Point {
     pub kv: KvCacheDtype,
     /// `--max-num-seqs` per replica.
     pub max_num_seqs: u32,
+    /// What bounded `max_num_seqs` ([`admission::SeqBound`]).
+    pub seqs_bound: admission::SeqBound,
     pub enforce_eager: bool,
 }
 
@@ -175,31 +180,9 @@ impl<'a> Vllm<'a> {
         }
     }
 
-    /// Facts that bound every member of a group: the compute capability of a member on FlashInfer's path if
-    /// any is (the path with more bytes per logit), else the lowest; the most SMs (the Triton kernel's rows),
-    /// unknown if any member's count is. Ranks of a mixed group size their own buffers; the plan takes the bound.
     fn gpu_facts(&self, gpus: &[usize]) -> mem::GpuFacts {
-        let each: Vec<mem::GpuFacts> = gpus
-            .iter()
-            .map(|&i| mem::GpuFacts {
-                compute_capability: self.gpus[i].compute_capability,
-                sms: self.gpus[i].sms,
-            })
-            .collect();
-        let compute_capability = each
-            .iter()
-            .find(|f| mem::sampler_path(f) == mem::SamplerPath::FlashInfer)
-            .map(|f| f.compute_capability)
-            .unwrap_or_else(|| each.iter().filter_map(|f| f.compute_capability).min());
-        let sms = each
-            .iter()
-            .map(|f| f.sms)
-            .collect::<Option<Vec<u32>>>()
-            .and_then(|v| v.into_iter().max());
-        mem::GpuFacts {
-            compute_capability,
-            sms,
-        }
+        let group: Vec<&FleetGpu> = gpus.iter().map(|&i| self.gpus[i]).collect();
+        group_facts(&group)
     }
 
     /// Per-GPU capacity of a group: its smallest member's free memory and the largest reserve.
@@ -232,12 +215,11 @@ impl<'a> Vllm<'a> {
             .in_budget_bytes()
             .unwrap_or(u64::MAX)
             .saturating_add(nk.non_torch_bytes);
-        let needed = kv
-            .min_bytes
-            .checked_mul(u64::from(p.max_num_seqs))
-            .ok_or_else(|| {
-                PlanError::Model("the KV cache the sequences need overflows 64 bits".to_string())
-            })?;
+        // vLLM 0.33 starts when the cache holds one request at max_model_len beside the null block
+        // (admission::admission_bytes); the scheduler queues and preempts the rest.
+        let needed = admission::admission_bytes(&kv).ok_or_else(|| {
+            PlanError::Model("the KV cache one request needs overflows 64 bits".to_string())
+        })?;
         let room = cap.saturating_sub(reserve);
         let left = room.saturating_sub(non_kv);
         // Whole blocks only: vLLM divides the bytes by the page size.
@@ -260,12 +242,40 @@ impl<'a> Vllm<'a> {
     }
 }
 
+/// Facts that bound every member of a group: the compute capability of a member on FlashInfer's path if any is
+/// (the path with more bytes per logit), else the lowest; the most SMs (the Triton kernel's rows), unknown if any
+/// member's count is. Ranks of a mixed group size their own buffers; the plan takes the bound.
+pub(crate) fn group_facts(gpus: &[&FleetGpu]) -> mem::GpuFacts {
+    let each: Vec<mem::GpuFacts> = gpus
+        .iter()
+        .map(|g| mem::GpuFacts {
+            compute_capability: g.compute_capability,
+            sms: g.sms,
+        })
+        .collect();
+    let compute_capability = each
+        .iter()
+        .find(|f| mem::sampler_path(f) == mem::SamplerPath::FlashInfer)
+        .map(|f| f.compute_capability)
+        .unwrap_or_else(|| each.iter().filter_map(|f| f.compute_capability).min());
+    let sms = each
+        .iter()
+        .map(|f| f.sms)
+        .collect::<Option<Vec<u32>>>()
+        .and_then(|v| v.into_iter().max());
+    mem::GpuFacts {
+        compute_capability,
+        sms,
+    }
+}
+
 /// One point's memory at one length.
 struct PlanMemory {
     nk: mem::NonKv,
     kv: mem::Kv,
     non_kv: u64,
-    /// The KV cache the plan gives vLLM (`--kv-cache-memory-bytes`).
+    /// The KV cache the plan gives vLLM (`--kv-cache-memory-bytes`); when it does not fit, what vLLM needs to
+    /// start.
     kv_alloc: u64,
     capacity: mem::KvCapacity,
     overflow: u64,

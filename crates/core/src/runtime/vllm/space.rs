@@ -6,6 +6,7 @@ use crate::perf::{self, Shape};
 use crate::runtime::{Candidate, Described, Eval, Runtime, RuntimeId, Size};
 use optimizer_memory::vllm::{self as mem, KvCacheDtype};
 
+use super::admission::SeqBound;
 use super::{EAGER_LAUNCH_PER_LAYER_S, Point, Vllm};
 use crate::runtime::llama_cpp::quantize::largest_below;
 
@@ -20,7 +21,13 @@ impl Runtime for Vllm<'_> {
         ("vllm", mem::VERSION)
     }
 
+    /// Each point's `--max-num-seqs` is chosen here, at the size knob's floor ([`Vllm::choose_seqs`]): the pool
+    /// it reads barely moves with `--max-model-len` (only the admission need grows with it).
     fn ladders(&self) -> Vec<Vec<Point>> {
+        let len = match self.size() {
+            Size::Fixed(s) => s,
+            Size::LargestFit { floor, .. } => floor,
+        };
         let mut out = Vec::new();
         for eager in [false, true] {
             for (kv, _) in &self.kv_types {
@@ -29,14 +36,16 @@ impl Runtime for Vllm<'_> {
                     .iter()
                     .map(|&tp| {
                         let (replicas, seqs) = self.replicas(tp);
-                        Point {
+                        let base = Point {
                             tp,
                             gpus: (0..tp as usize).collect(),
                             replicas,
                             kv: *kv,
                             max_num_seqs: seqs,
+                            seqs_bound: SeqBound::Workload,
                             enforce_eager: eager,
-                        }
+                        };
+                        self.choose_seqs(&base, len).0
                     })
                     .collect();
                 if !ladder.is_empty() {
@@ -110,13 +119,7 @@ impl Runtime for Vllm<'_> {
         pred.prefill_tokens_per_s = prompt / prefill_s * f64::from(p.replicas);
         pred.time_to_first_token_ms = (prefill_s + step) * 1e3;
         let knee = perf::decode_knee(&gperf, &load);
-        let mut notes = Vec::new();
-        if m.overflow == 0 && m.capacity.tokens < u64::from(len) {
-            notes.push(format!(
-                "the KV cache holds {} tokens, fewer than --max-model-len {len}: vLLM would refuse to start",
-                m.capacity.tokens
-            ));
-        }
+        let notes = Vec::new();
         Ok(Eval {
             memory,
             total_bytes,
@@ -151,15 +154,7 @@ impl Runtime for Vllm<'_> {
         p.max_num_seqs
     }
 
-    fn with_sequences(&self, p: &Point, n: u32) -> Option<Point> {
-        (self.req.objective == crate::profile::Objective::Throughput
-            && self.req.overrides.parallel.is_none())
-        .then(|| Point {
-            max_num_seqs: n,
-            ..p.clone()
-        })
-    }
-
+    /// The search does not choose vLLM's sequences: `ladders` does, from the KV pool ([`Vllm::choose_seqs`]).
     fn rungs_slow_down(&self) -> bool {
         false
     }
