@@ -23,6 +23,7 @@ mod estimate;
 mod estimate_sweep;
 mod gguf_errors;
 mod gguf_fixtures;
+mod gpu_speed_public;
 mod hardware;
 mod hardware_profiles_new;
 mod hostile3_figures;

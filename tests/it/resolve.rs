@@ -64,28 +64,29 @@ fn fixture_machines_models_and_workloads() {
 
     // Laptop RTX 4060 (8 GiB) with an 8B Q4_K_M: every layer on the GPU.
     //
-    // Its speed by hand (recomputed from the files by `speed_figures_are_the_roofline_worked_by_hand`):
-    // - Peaks, crates/core/profiles/hardware/rtx-4060-laptop.yaml: 256.0 GB/s, dense FP16 tensor with FP32 accumulate 23.2
-    //   TFLOPS. Compute capability 8.9 is outside the Hopper rows' 9.0..9.0, so crates/core/profiles/rules/efficiency.yaml's
-    //   open rows apply: gpu-decode-llama-cpp 0.52 and gpu-prefill-llama-cpp 0.65, i.e. 133.12 GB/s and 15.08
-    //   TFLOPS effective.
+    // Its speed by hand (recomputed from the files by `speed_figures_are_the_roofline_worked_by_hand`), llama.cpp's
+    // kernel model (crates/core/src/perf/gpu.rs, constants restated in `gpu_kernels` below):
+    // - crates/core/profiles/hardware/rtx-4060-laptop.yaml: 24 SMs at a 1890 MHz boost (the profile's clock, not the
+    //   inventory's NVML maximum of 3105), 256.0 GB/s GDDR6, FP16 tensor 46.4 TFLOPS with FP16 accumulation (23.2
+    //   with FP32); no board power, so no Ada power bound. MMQ: 492 FLOP x 24 x 1.89 GHz = 22.317 TFLOPS; cuBLAS
+    //   (attention): min(0.43 x 46.4, 821 x 45.36 G = 37.24) = 19.952 TFLOPS.
     // - Bytes each token reads on the GPU, every tensor but token_embd: 32 blocks x 138,936,320 B (Q4_K q, k,
     //   attn_output, gate, up 87,293,952; Q6_K v, down 51,609,600; F32 norms 32,768) + output.weight (Q6_K)
     //   430,940,160 + output_norm 16,384 + rope_freqs 256 = 4,876,919,040 B. The f16 KV cache: 2 x 8 KV heads x
     //   128 x 2 B x 32 layers = 131,072 B per cell. Matmul parameters: 7,504,658,432 (output.weight's
     //   525,336,576 of them); attention: 4 x 32 heads x 128 x 32 layers = 524,288 FLOP per (query, key) pair.
-    // - Decode (inference: 1 sequence, 512-token prompt, 128 generated; the average step attends 512 + 128 / 2 =
-    //   576 cells): (4,876,919,040 + 576 x 131,072) B / 133.12 GB/s = 37.2026 ms, while its 15.31 GFLOP
-    //   (2 x 7,504,658,432 + 524,288 x 576) take 1.02 ms at 15.08 TFLOPS: bandwidth-bound. The host reads one
-    //   2,304-B embedding row at min(4 threads x 9.38 GB/s per core, 89.6 GB/s x 0.68) = 37.52 GB/s (0.06 us) and
-    //   pays the fixed per-token floor of 11.3 us. Time per output token 37.2026 + 0.0114 = 37.214 ms; decode
-    //   1 / 37.214 ms = 26.872 tokens/s.
+    // - Decode (inference: 1 sequence, 512-token prompt, 128 generated; the average step attends 576 cells): the
+    //   K-quants read at 1.282 + 0.022 (GDDR) = 1.304 times their bytes, F32 and the KV cache at 1.125 + 0.022 =
+    //   1.147: (4,875,837,440 x 1.304 + 1,081,600 x 1.147 + 576 x 131,072 x 1.147) B / 256 GB/s = 25.1794 ms;
+    //   its 15.31 GFLOP take 1.02 ms at 23.2 x 0.65 (gpu-prefill-llama-cpp) TFLOPS: bandwidth-bound. Plus 32 layers
+    //   x 45.2 us of launches = 1.4464 ms, plus the host's 2,304-B embedding row at min(4 threads x 9.38 GB/s per
+    //   core, 89.6 GB/s x 0.68) = 37.52 GB/s (0.06 us) and its 11.3-us floor: 26.637 ms per output token, decode
+    //   37.542 tokens/s.
     // - Prefill, 512 tokens in one micro-batch: 2 x (7,504,658,432 - 525,336,576) x 512 + 2 x 525,336,576 (the
-    //   output projection for the last token only) + 524,288 x 512^2 / 2 = 7.2166 TFLOP / 15.08 TFLOPS =
-    //   478.554 ms (reading the weights once: 36.6 ms), so 512 / 0.478554 s = 1069.89 tokens/s. The host holds
-    //   no matmul, and llama.cpp offloads micro-batches of 32+ tokens to the GPU anyway: 0 ms.
-    // - Time to first token: the prefill plus one decode step at 512 cells, 478.554 + (4,876,919,040 + 512 x
-    //   131,072) B / 133.12 GB/s = 37.1396 + host 0.0114 = 515.705 ms.
+    //   output projection for the last token only) = 7.1476 TFLOP / 22.317 TFLOPS = 320.287 ms, attention 524,288 x
+    //   512^2 / 2 / 19.952 TFLOPS = 3.444 ms: 323.731 ms (reading the weights once at 256 x 0.52 GB/s: 36.6 ms), so
+    //   512 / 0.323731 s = 1581.56 tokens/s.
+    // - Time to first token: the prefill plus one decode step at 512 cells (26.600 ms) = 350.331 ms.
     let d = plan_for(
         &m8,
         l8,
@@ -209,13 +210,13 @@ fn fixture_machines_models_and_workloads() {
     // 8x H100: one GPU suffices for a latency workload.
     //
     // Its speed by hand: the same bytes, parameters and FLOPs as the RTX 4060 plan above, on
-    // crates/core/profiles/hardware/h100-sxm.yaml's 3350 GB/s and 989.4 TFLOPS (dense FP16, FP32 accumulate). Compute
-    // capability 9.0 is inside the Hopper rows' range, and a ranged row wins over an open one:
-    // gpu-decode-llama-cpp-hopper 0.36 and gpu-prefill-llama-cpp-hopper 0.14, so 1206 GB/s and 138.516 TFLOPS.
-    // Decode: 4,952,416,512 B / 1206 GB/s = 4.1065 ms (its FLOPs: 0.11 ms) + host 0.0114 ms (one 2,304-B row at
-    // min(4 x 9.38, 307.2 x 0.68) = 37.52 GB/s, floor 11.3 us) = 4.118 ms per output token, 242.846 tokens/s.
-    // Prefill: 7.2166 TFLOP / 138.516 TFLOPS = 52.099 ms (weights once: 4.04 ms), 9827.375 tokens/s. First token:
-    // 52.0994 + 4,944,027,904 B / 1206 GB/s (4.0995) + 0.0114 = 56.210 ms.
+    // crates/core/profiles/hardware/h100-sxm.yaml's 132 SMs at 1830 MHz, 3350 GB/s HBM3 and 989.4 TFLOPS dense FP16
+    // (no FP16-accumulate figure, so the FP32-accumulate one). MMQ: 492 x 241.56 G = 118.848 TFLOPS; cuBLAS:
+    // min(0.43 x 989.4, 821 x 241.56 G) = 198.321 TFLOPS. Decode: the K-quants at 1.282 + 0.794 (HBM) = 2.076, the
+    // rest at 1.919: 3.0654 ms (its FLOPs: 0.11 ms at 989.4 x 0.14, gpu-prefill-llama-cpp-hopper) + 1.4464 ms of
+    // launches + host 0.0114 ms = 4.523 ms per output token, 221.083 tokens/s. Prefill: 7.1476 TFLOP / 118.848 =
+    // 60.143 ms + attention 0.347 ms = 60.490 ms (weights once at 3350 x 0.36 GB/s: 4.04 ms), 8464.243 tokens/s.
+    // First token: 60.490 + 4.518 = 65.008 ms.
     let d = plan_for(&m8, l8, &inventory("cloud-8xh100.yaml"), "inference", &set);
     assert_eq!(common::llama(&d).strategy, Strategy::Gpu);
     assert_eq!(d.memory.devices.len(), 2);
@@ -803,8 +804,28 @@ fn attention(shape: LlamaShape) -> (f64, f64) {
     )
 }
 
-/// Every layer on one GPU (one micro-batch of prefill; the host, with `host_threads`, reads only the embedding
-/// row and offloads its share of prefill).
+/// llama.cpp's GPU kernel model's constants, restated from crates/core/src/perf/gpu.rs (fitted by
+/// tests/fixtures/gpu-speed/fit.py on the public llama-bench table) so that the arithmetic below is written out here
+/// rather than called: a changed constant changes the snapshots and must change these too.
+mod gpu_kernels {
+    /// MMQ (quantized weights): FLOP per SM per boost clock.
+    pub(super) const MMQ_FLOP_PER_SM_CLOCK: f64 = 492.0;
+    /// cuBLAS FP16 (F16 weights and attention): the lower of this share of the FP16 tensor peak and this rate per
+    /// SM clock.
+    pub(super) const F16_TENSOR_SHARE: f64 = 0.43;
+    pub(super) const F16_FLOP_PER_SM_CLOCK: f64 = 821.0;
+    /// Decode: peak-bandwidth time multipliers for K-quants and F16/F32 on unified memory, and what GDDR and HBM
+    /// add to them.
+    pub(super) const DECODE_K_QUANT: f64 = 1.282;
+    pub(super) const DECODE_F16: f64 = 1.125;
+    pub(super) const GDDR_EXTRA: f64 = 0.022;
+    pub(super) const HBM_EXTRA: f64 = 0.794;
+    /// CUDA launch cost per layer per decode step.
+    pub(super) const LAYER_S: f64 = 45.2e-6;
+}
+
+/// Every layer on one CUDA GPU under llama.cpp's kernel model (one micro-batch of prefill; the host, with
+/// `host_threads`, reads only the embedding row and offloads its share of prefill).
 fn full_gpu(
     w: &Weights,
     shape: LlamaShape,
@@ -813,12 +834,38 @@ fn full_gpu(
     host_threads: f64,
     preset: &str,
 ) -> (Figures, Vec<String>) {
+    use gpu_kernels::*;
     let hw = yaml(&format!("crates/core/profiles/hardware/{gpu}.yaml"));
     let cc = capability(hw["compute_capability"].as_str().unwrap());
+    assert!(cc >= (7, 5), "{gpu}: the kernel model needs int8 mma");
+    assert!(
+        cc != (8, 9) || hw["tdp_w"].is_null(),
+        "{gpu}: the arithmetic leaves out Ada's power bound"
+    );
     let (decode_id, decode_eff) = efficiency_row("gpu", "decode", Some(cc));
     let (prefill_id, prefill_eff) = efficiency_row("gpu", "prefill", Some(cc));
-    let bandwidth = num(&hw, &["memory", "bandwidth_gb_s"]) * 1e9 * decode_eff;
+    let peak_bandwidth = num(&hw, &["memory", "bandwidth_gb_s"]) * 1e9;
+    // The generic roofline's compute peak still bounds a decode step's FLOPs.
     let flops = num(&hw, &["tensor_tflops", "fp16_fp32acc"]) * 1e12 * prefill_eff;
+    let sm_clock = num(&hw, &["sms"]) * num(&hw, &["boost_clock_mhz"]) * 1e6;
+    let mmq = MMQ_FLOP_PER_SM_CLOCK * sm_clock;
+    let tensor = &hw["tensor_tflops"];
+    let fp16 = tensor["fp16_fp16acc"]
+        .as_f64()
+        .or(tensor["fp16_fp32acc"].as_f64())
+        .unwrap()
+        * 1e12;
+    let cublas = (F16_TENSOR_SHARE * fp16).min(F16_FLOP_PER_SM_CLOCK * sm_clock);
+    let extra = match hw["memory"]["type"].as_str().unwrap().get(..3) {
+        Some("GDD") => GDDR_EXTRA,
+        Some("HBM") => HBM_EXTRA,
+        other => panic!("{gpu}: no hand-worked memory class {other:?}"),
+    };
+    let multiplier = |dtype: &str| match dtype {
+        "Q4_K" | "Q6_K" => DECODE_K_QUANT + extra,
+        "F32" | "F16" => DECODE_F16 + extra,
+        other => panic!("no hand-worked decode share for {other}"),
+    };
     let (cpu_decode_id, cpu_decode_eff) = efficiency_row("cpu", "decode", None);
     let socket = num(
         &yaml(&format!("crates/core/profiles/hardware/{host_class}.yaml")),
@@ -828,17 +875,20 @@ fn full_gpu(
         (host_threads * cpu_kernels::BYTES_PER_S_PER_CORE).min(socket * cpu_decode_eff);
     let host = w.embedding_row_bytes / host_bandwidth + cpu_kernels::FLOOR_FIXED_S;
     let (attn, kv) = attention(shape);
+    let layers = shape.n_layer as f64;
     let (prompt, generated, n) = workload(preset);
+    let weights_read: f64 = w.by_type.iter().map(|g| g.2 * multiplier(&g.0)).sum();
     let step = |n: f64, cells: f64| {
-        let memory = (w.bytes() + n * kv * cells) / bandwidth;
+        let memory = (weights_read + n * kv * cells * multiplier("F16")) / peak_bandwidth;
         let compute = n * (2.0 * w.params() + attn * cells) / flops;
-        memory.max(compute) + host
+        memory.max(compute) + layers * LAYER_S + host
     };
     let tpot = step(n, prompt + generated / 2.0);
-    let prefill_flops = 2.0 * (w.params() - w.output_params()) * prompt
-        + 2.0 * w.output_params()
-        + attn * prompt * prompt / 2.0;
-    let prefill = (prefill_flops / flops).max(w.bytes() / bandwidth);
+    // Every matmul weight here is quantized (MMQ); attention runs on the f16 cache (cuBLAS's rate). Reading the
+    // weights once at the generic roofline's decode share bounds it from below.
+    let matmul = 2.0 * (w.params() - w.output_params()) * prompt + 2.0 * w.output_params();
+    let prefill = (matmul / mmq + attn * prompt * prompt / 2.0 / cublas)
+        .max(w.bytes() / (peak_bandwidth * decode_eff));
     let ttft = prefill + step(1.0, prompt);
     (
         Figures([prompt / prefill, n / tpot, ttft * 1e3, tpot * 1e3]),
@@ -943,7 +993,7 @@ fn speed_figures_are_the_roofline_worked_by_hand() {
                 4.0,
                 "inference",
             ),
-            [1069.89, 26.872, 515.705, 37.214],
+            [1581.56, 37.542, 350.331, 26.637],
         ),
         (
             "cloud-8xh100.yaml",
@@ -956,7 +1006,7 @@ fn speed_figures_are_the_roofline_worked_by_hand() {
                 4.0,
                 "inference",
             ),
-            [9827.375, 242.846, 56.21, 4.118],
+            [8464.243, 221.083, 65.008, 4.523],
         ),
         (
             "cpu-server.yaml",

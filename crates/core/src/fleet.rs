@@ -170,6 +170,8 @@ pub struct FleetGpu {
     pub sms: Option<u32>,
     /// The GPU allocates from the host's memory (Apple silicon).
     pub unified_memory: bool,
+    /// What llama.cpp's kernel model needs of this GPU, where it covers it ([`kernels_for`]).
+    pub kernels: Option<perf::gpu::GpuKernels>,
 }
 
 impl FleetGpu {
@@ -197,6 +199,22 @@ impl FleetGpu {
             prefill_efficiency: self.prefill.as_ref().map_or(1.0, |e| e.value),
             offload: None,
             cpu: None,
+            gpu: None,
+        }
+    }
+
+    /// [`FleetGpu::perf`] with llama.cpp's kernel model ([`perf::gpu`]) where it covers the GPU, for each phase
+    /// whose efficiency no measurement replaced.
+    pub fn llama_cpp_perf(&self) -> DevicePerf {
+        let analytic =
+            |e: &Option<Efficiency>| e.as_ref().is_none_or(|e| e.basis == Basis::Analytic);
+        DevicePerf {
+            gpu: self.kernels.map(|k| perf::gpu::GpuKernels {
+                prefill: analytic(&self.prefill),
+                decode: analytic(&self.decode),
+                ..k
+            }),
+            ..self.perf()
         }
     }
 }
@@ -351,6 +369,58 @@ pub(crate) fn prefill_peak(p: &HardwareProfile) -> f64 {
         * 1e12
 }
 
+/// llama.cpp's kernel model inputs ([`perf::gpu`]) for a CUDA GPU with int8 `mma` (compute capability 7.5 and up)
+/// whose SM count and clock are known, or a Metal GPU whose profile gives its FP16 rate; `None` otherwise.
+fn kernels_for(
+    kind: DeviceKind,
+    g: &Gpu,
+    p: &HardwareProfile,
+    cc: Option<(u32, u32)>,
+) -> Option<perf::gpu::GpuKernels> {
+    use perf::gpu::{GpuBackend, GpuKernels, MemoryClass};
+    let memory = MemoryClass::from_type(&p.memory.kind)?;
+    let base = |backend| GpuKernels {
+        backend,
+        memory,
+        sm_cycles_per_s: 0.0,
+        fp16_tensor_flops: 0.0,
+        simd_flops: 0.0,
+        board_power_w: 0.0,
+        prefill: true,
+        decode: true,
+    };
+    match kind {
+        DeviceKind::Cuda if cc.is_some_and(|c| c >= (7, 5)) => {
+            let sms = f64::from(g.sm_count.or(p.sms)?);
+            // The profile's boost clock first: the per-SM-clock rates were fitted against it, and NVML's maximum
+            // SM clock is the clock table's ceiling, far above what a load holds (RTX 4060 Laptop: 3105 MHz
+            // against a 1890 MHz boost).
+            let mhz = f64::from(p.boost_clock_mhz.or(g.max_sm_clock_mhz)?);
+            Some(GpuKernels {
+                sm_cycles_per_s: sms * mhz * 1e6,
+                fp16_tensor_flops: p
+                    .tensor_tflops
+                    .as_ref()
+                    .and_then(|t| t.fp16_fp16acc.or(t.fp16_fp32acc))
+                    .map_or(0.0, |t| t * 1e12),
+                board_power_w: match (cc, p.tdp_w) {
+                    (Some(cc), Some(w)) if perf::gpu::power_bound_applies(cc) => w,
+                    _ => 0.0,
+                },
+                ..base(GpuBackend::Cuda)
+            })
+        }
+        DeviceKind::Metal => {
+            let fp16 = p.vector_tflops.as_ref()?.fp16?;
+            Some(GpuKernels {
+                simd_flops: fp16 * 1e12,
+                ..base(GpuBackend::Metal)
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The rule tables in force cannot give a device's reserve (a rule that over-reserves, say).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
@@ -472,6 +542,7 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Result<Fl
             compute_capability: cc,
             sms: g.sm_count.or(profile.sms),
             unified_memory: kind == DeviceKind::Metal,
+            kernels: kernels_for(kind, g, &profile, cc),
         });
     }
     let (host_reserve, host_reserve_rules) =

@@ -39,6 +39,8 @@ pub enum LinkKind {
     NvLink,
     /// PCIe through the host.
     Pcie,
+    /// The network between nodes (a cluster file's `fabric`: InfiniBand, RoCE, Ethernet).
+    Fabric,
 }
 
 /// The link a tensor-parallel group all-reduces over, as the NCCL ring sees it.
@@ -122,6 +124,55 @@ pub fn link_between(
             .map(pcie_link)
     };
     slower(nvlink_link(a), nvlink_link(b)).or_else(|| slower(pcie(a), pcie(b)))
+}
+
+/// The inter-node link one tensor-parallel rank sends over: the cluster file's per-link bandwidth (one
+/// direction), shared when the node has fewer links than ranks (`links_per_node` absent: one link for the node),
+/// and its stated latency (0 when the file gives none: the fixed cost is then not counted, and the caller says
+/// so). `None` without a bandwidth.
+pub fn fabric_link(f: &crate::hardware::Fabric, ranks_per_node: u32) -> Option<Link> {
+    let bw = f.bandwidth_gb_s.as_ref()?.value * 1e9;
+    let links = f.links_per_node.as_ref().map_or(1, |l| l.value).max(1);
+    let ranks = ranks_per_node.max(1);
+    let share = f64::from(links.min(ranks)) / f64::from(ranks);
+    Some(Link {
+        kind: LinkKind::Fabric,
+        bytes_per_s: bw * share,
+        latency_s: f.latency_us.as_ref().map_or(0.0, |l| l.value * 1e-6),
+    })
+}
+
+/// Tensors a decoder layer hands to the next pipeline stage per token: vLLM's Llama and DeepSeek models send
+/// `IntermediateTensors({"hidden_states", "residual"})` (vllm/model_executor/models/llama.py `LlamaModel.forward`,
+/// deepseek_v2.py `DeepseekV2Model.forward`).
+pub const PP_TENSORS_PER_TOKEN: f64 = 2.0;
+
+/// Seconds one pipeline hand-off of `tokens` tokens takes between two stages over `link`: each tensor-parallel
+/// rank sends its `1/tp` slice (vllm/v1/worker/gpu_worker.py `execute_model`: `send_tensor_dict(...,
+/// all_gather_group=get_tp_group())`, vllm/distributed/parallel_state.py `send_tensor_dict` splits a tensor over
+/// that group when it divides), over its own share of the link.
+pub fn pp_send_seconds(link: &Link, tp: u32, tokens: u64, hidden: u64, dtype_bytes: u64) -> f64 {
+    let bytes = PP_TENSORS_PER_TOKEN * tokens as f64 * hidden as f64 * dtype_bytes as f64
+        / f64::from(tp.max(1));
+    if bytes <= 0.0 || !link.bytes_per_s.is_finite() || link.bytes_per_s <= 0.0 {
+        return 0.0;
+    }
+    link.latency_s + bytes / link.bytes_per_s
+}
+
+/// One decode step of a pipeline of `stages` stages, seconds, and the share of it the stages idle (the bubble).
+/// vLLM keeps `pipeline_parallel_size` batches in flight (vllm/config/vllm.py `max_concurrent_batches`; the
+/// engine's batch queue, vllm/v1/engine/core.py `step_with_batch_queue`), so with `micro_batches` batches of
+/// `stage_s` per stage and `send_s` per hand-off, a batch comes back after `stages × (stage_s + send_s)` and a
+/// stage is busy `micro_batches × stage_s` of that: every sequence gets a token per cycle
+/// `max(micro_batches × stage_s, stages × (stage_s + send_s))`.
+pub fn pipeline_cycle(stages: u32, micro_batches: u32, stage_s: f64, send_s: f64) -> (f64, f64) {
+    let p = f64::from(stages.max(1));
+    let m = f64::from(micro_batches.clamp(1, stages.max(1)));
+    let busy = m * stage_s;
+    let cycle = busy.max(p * (stage_s + send_s));
+    let bubble = if cycle > 0.0 { 1.0 - busy / cycle } else { 0.0 };
+    (cycle, bubble)
 }
 
 /// The share of a message a ring all-reduce sends (and receives) per GPU: `2(n−1)/n` (reduce-scatter then
@@ -256,6 +307,50 @@ mod tests {
             allreduce_seconds(&p, 2, 16.0),
             NCCL_PCIE_LATENCY_S + 16.0 / p.bytes_per_s
         );
+    }
+
+    #[test]
+    fn a_full_pipeline_has_no_bubble_and_one_batch_idles_the_rest() {
+        // Two stages, two batches in flight, no send cost: each stage always busy.
+        assert_eq!(pipeline_cycle(2, 2, 0.01, 0.0), (0.02, 0.0));
+        // One batch: it visits both stages in turn; each stage idles half the cycle.
+        let (c, b) = pipeline_cycle(2, 1, 0.01, 0.0);
+        assert_eq!(c, 0.02);
+        assert!((b - 0.5).abs() < 1e-12);
+        // The hand-off lengthens the round trip past the busy time.
+        let (c, b) = pipeline_cycle(2, 2, 0.01, 0.001);
+        assert!((c - 0.022).abs() < 1e-12 && b > 0.0);
+    }
+
+    #[test]
+    fn a_pipeline_send_is_the_ranks_slice_over_its_share_of_the_fabric() {
+        use crate::hardware::{Fabric, FabricKind, Sourced};
+        let f = Fabric {
+            kind: FabricKind::Infiniband,
+            links_per_node: Some(Sourced {
+                value: 8,
+                source: "test".into(),
+            }),
+            bandwidth_gb_s: Some(Sourced {
+                value: 50.0,
+                source: "test".into(),
+            }),
+            latency_us: None,
+        };
+        let l = fabric_link(&f, 8).unwrap();
+        assert_eq!(
+            (l.kind, l.bytes_per_s, l.latency_s),
+            (LinkKind::Fabric, 50e9, 0.0)
+        );
+        // One link for four ranks: each gets a quarter.
+        let one = Fabric {
+            links_per_node: None,
+            ..f.clone()
+        };
+        assert_eq!(fabric_link(&one, 4).unwrap().bytes_per_s, 12.5e9);
+        // 64 tokens x 16384 wide x 2 B x (hidden, residual) / 8 ranks over 50 GB/s.
+        let t = pp_send_seconds(&l, 8, 64, 16384, 2);
+        assert!((t - 2.0 * 64.0 * 16384.0 * 2.0 / 8.0 / 50e9).abs() < 1e-15);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! micro-benchmark measures ggml's per-op synchronisation.
 
 pub mod collective;
+pub mod gpu;
 
 use serde::Serialize;
 
@@ -49,6 +50,9 @@ pub struct DevicePerf {
     pub offload: Option<Offload>,
     /// A CPU running ggml-cpu kernels: per-core rates instead of the socket roofline (see the module doc).
     pub cpu: Option<CpuRates>,
+    /// A GPU whose llama.cpp kernels [`gpu`] models (CUDA with int8 `mma`, Metal); `None` keeps the roofline
+    /// above with the rule tables' efficiencies.
+    pub gpu: Option<gpu::GpuKernels>,
 }
 
 /// Where the host's prefill is offloaded to.
@@ -56,6 +60,9 @@ pub struct DevicePerf {
 pub struct Offload {
     pub flops: f64,
     pub link_bytes_per_s: f64,
+    /// The GPU's kernel model, when it has one: offloaded matmuls run the same kernels as the GPU's own layers
+    /// (`flops` is then unused), so moving a layer to the host never makes its prefill faster than on the GPU.
+    pub kernels: Option<gpu::GpuKernels>,
 }
 
 /// Micro-batches of at least this many tokens are offloaded (ggml-cuda `min_batch_size`).
@@ -228,6 +235,7 @@ pub fn cpu_device(
         decode_efficiency,
         prefill_efficiency,
         offload: None,
+        gpu: None,
         cpu: Some(CpuRates {
             threads,
             hz: ghz * 1e9,
@@ -467,11 +475,18 @@ fn decode_step(devices: &[(DevicePerf, DeviceLoad)], n: f64, ctx: f64) -> f64 {
                 weights + kv + attn + floor(p, l)
             }
             None => {
-                let bytes = l.weight_bytes_per_token + n * l.kv_bytes_per_cell * ctx;
-                let mem = bytes / (p.bandwidth_bytes_per_s * p.decode_efficiency);
+                let kv = n * l.kv_bytes_per_cell * ctx;
                 let flops = n * (2.0 * l.active_params + l.attn_flops_per_pair * ctx);
                 let compute = flops / (p.flops * p.prefill_efficiency);
-                mem.max(compute)
+                match p.gpu.filter(|k| k.decode) {
+                    Some(k) => {
+                        gpu::decode_read(&k, p, l, kv).max(compute) + gpu::decode_overhead(&k, l)
+                    }
+                    None => {
+                        let bytes = l.weight_bytes_per_token + kv;
+                        (bytes / (p.bandwidth_bytes_per_s * p.decode_efficiency)).max(compute)
+                    }
+                }
             }
         })
         .sum()
@@ -505,7 +520,10 @@ fn prefill(devices: &[(DevicePerf, DeviceLoad)], tokens: f64, ubatch: f64) -> f6
                     (matmul + attn).max(mem) + reads * floor(p, l)
                 }
                 None => {
-                    let compute = flops / (p.flops * p.prefill_efficiency);
+                    let compute = match p.gpu.filter(|k| k.prefill) {
+                        Some(k) => gpu::prefill_compute(&k, l, tokens),
+                        None => flops / (p.flops * p.prefill_efficiency),
+                    };
                     let mem = reads * l.weight_bytes_resident
                         / (p.bandwidth_bytes_per_s * p.decode_efficiency);
                     compute.max(mem)
@@ -515,7 +533,11 @@ fn prefill(devices: &[(DevicePerf, DeviceLoad)], tokens: f64, ubatch: f64) -> f6
                 Some(o) if ubatch.min(tokens) >= OFFLOAD_MIN_BATCH => {
                     // Every micro-batch copies the host's weights to the GPU and multiplies there.
                     let copy = reads * l.weight_bytes_resident / o.link_bytes_per_s;
-                    local.min(copy.max(flops / o.flops))
+                    let compute = match o.kernels {
+                        Some(k) => gpu::prefill_compute(&k, l, tokens),
+                        None => flops / o.flops,
+                    };
+                    local.min(copy.max(compute))
                 }
                 _ => local,
             }
@@ -590,6 +612,7 @@ mod tests {
             prefill_efficiency: 0.5,
             offload: None,
             cpu: None,
+            gpu: None,
         }
     }
 

@@ -629,13 +629,14 @@ impl Runtime for LlamaCpp<'_> {
             let g = self.gpus[first];
             host_perf.offload = Some(perf::Offload {
                 flops: g.flops * g.prefill.as_ref().map_or(1.0, |e| e.value),
+                kernels: g.llama_cpp_perf().gpu.filter(|k| k.prefill),
                 // Without a link figure, assume PCIe 3.0 x16, the slowest slot a discrete GPU ships in.
                 link_bytes_per_s: g.link_bytes_per_s.unwrap_or(PCIE3_X16_BYTES_PER_S),
             });
         }
         // Layer order: host layers come first (llama.cpp offloads from the last layer).
         let pairs: Vec<(DevicePerf, DeviceLoad)> = std::iter::once(host_perf)
-            .chain(p.gpus.iter().map(|&i| self.gpus[i].perf()))
+            .chain(p.gpus.iter().map(|&i| self.gpus[i].llama_cpp_perf()))
             .zip(ld)
             .collect();
         let w = self.workload();

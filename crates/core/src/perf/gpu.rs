@@ -1,0 +1,305 @@
+//! llama.cpp's GPU kernels by family (issue 27): which kernel runs a weight type on a backend, the rate it
+//! reaches, and what a decode step costs besides reading the weights. Pure: takes values.
+//!
+//! Modelled effects:
+//! - Prefill is compute-bound on the kernel llama.cpp runs for the weight type. CUDA (compute capability 7.5 and
+//!   up): quantized weights go through MMQ, the int8 `mma` kernels (`ggml_cuda_should_use_mmq` in ggml-cuda
+//!   `mmq.cu` returns true for every quantized type once `turing_mma_available`), and F16/BF16/F32 weights through
+//!   cuBLAS (`ggml_cuda_mul_mat_cublas` in `ggml-cuda.cu`: F16 computes with `CUBLAS_COMPUTE_16F`, FP16
+//!   accumulation, full rate on GeForce too). Both rates are charged per SM and clock, not per tensor peak: in
+//!   the public table MMQ reaches 450-680 FLOP per SM clock on an A100, an H100 and GeForce Ampere, Ada and
+//!   Blackwell alike, although the data-center parts have twice the int8 tensor rate per SM, so the tiles'
+//!   loads and dequantization bound it, not the tensor cores. Metal: the simdgroup-matrix kernels run on the GPU's
+//!   FP16 ALUs (Apple GPUs multiply FP16 and FP32 at the same rate: philipturner/metal-benchmarks), so the rate is
+//!   a share of the profile's `vector_tflops.fp16`, one share for quantized and one for F16 weights.
+//! - On Ada (compute capability 8.9) prefill is also bounded by board power: the rate is at most `tdp_w` times
+//!   [`ADA_FLOP_PER_J`]. The pro Ada cards (L40, L40S, RTX 4000/5000/6000 Ada) carry 0.84-1.25 W per SM-GHz of
+//!   boost clock against 1.4-1.8 on GeForce Ada and reach 220-350 FLOP per SM clock against 330-600: they cannot
+//!   hold the boost clock under tensor load. The energy per FLOP fitted on GeForce Ada alone (the RTX 4090, at
+//!   1.40 W per SM-GHz, is the one bound) predicts the pro Ada rows held out (README of the fixture). Other
+//!   architectures show no such bound in the rows (the RTX PRO 6000 Blackwell Max-Q, at 0.70 W per SM-GHz, reaches
+//!   the GeForce Blackwell rate), so none is applied there.
+//! - Decode reads every weight once per token at a share of peak bandwidth that depends on the weight type (the
+//!   K-quants' dot products cost more per byte than Q4_0's) and on the memory (HBM parts reach a smaller share
+//!   than GDDR and Apple's unified LPDDR at batch 1), plus a per-layer cost per token for each backend (kernel
+//!   launches and synchronisation: about 45 µs a layer on CUDA, 200 µs on Metal in the fitted builds).
+//!
+//! Left out: the build (the public rows span Nov 2023 to 2026 builds, up to 1.5x apart on one card; the constants
+//! are medians over them), the GPU-core bin of an Apple chip (the tool sees the chip name only, the profile
+//! holds the largest bin, so a smaller bin is over-predicted by the core ratio), power and clock throttling
+//! (other than Ada's power bound above), flash attention's effect on the attention term, AMD,
+//! Intel, Vulkan and pre-Turing NVIDIA (no rows matched a profile: those keep the generic roofline of
+//! [`super::predict`] with the rule tables' efficiencies).
+//!
+//! Trade-off: one constant per kernel family fitted across every matched card and build instead of one per card:
+//! a card nobody measured gets the same error as the held-out families (below), at the price of a few per cent
+//! on the cards that were measured.
+//!
+//! Fit: `tests/fixtures/gpu-speed/public-llama-bench.yaml` (262 usable rows; README there), medians for the
+//! prefill rates, weighted least squares on the time per token for decode, script
+//! `tests/fixtures/gpu-speed/fit.py`. Held out: leave-one-family-out and random 5-fold, reported in the README.
+
+use optimizer_model::{Dtype, GgmlType};
+
+use super::{DeviceLoad, DevicePerf};
+
+/// The compute stack llama.cpp drives the GPU with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuBackend {
+    /// CUDA on an NVIDIA GPU with int8 `mma` (compute capability 7.5 and up).
+    Cuda,
+    Metal,
+}
+
+/// The memory a GPU reads its weights from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryClass {
+    /// Apple's unified LPDDR.
+    Unified,
+    Gddr,
+    Hbm,
+}
+
+impl MemoryClass {
+    /// From a profile's `memory.type` (`HBM3`, `GDDR6X`, `LPDDR5`); `None` for anything else.
+    pub fn from_type(t: &str) -> Option<MemoryClass> {
+        let t = t.to_ascii_uppercase();
+        if t.starts_with("HBM") {
+            Some(MemoryClass::Hbm)
+        } else if t.starts_with("GDDR") {
+            Some(MemoryClass::Gddr)
+        } else if t.starts_with("LPDDR") {
+            Some(MemoryClass::Unified)
+        } else {
+            None
+        }
+    }
+}
+
+/// What the kernel model needs of one GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuKernels {
+    pub backend: GpuBackend,
+    pub memory: MemoryClass,
+    /// CUDA: SMs × SM clock in Hz (the MMQ and cuBLAS rates are per SM clock).
+    pub sm_cycles_per_s: f64,
+    /// CUDA: the dense FP16 tensor peak with FP16 accumulation in FLOP/s (cuBLAS's `CUBLAS_COMPUTE_16F`), 0 when
+    /// the profile has none.
+    pub fp16_tensor_flops: f64,
+    /// Metal: the FP16 ALU peak in FLOP/s, the rate of the simdgroup-matrix kernels.
+    pub simd_flops: f64,
+    /// CUDA on Ada: the board power in W that bounds the prefill rate ([`ADA_FLOP_PER_J`]); 0 where no power
+    /// bound is modelled ([`power_bound_applies`]).
+    pub board_power_w: f64,
+    /// Use the kernel model for prefill; false where evidence measured this device's prefill efficiency.
+    pub prefill: bool,
+    /// Use the kernel model for decode; false where evidence measured this device's decode efficiency.
+    pub decode: bool,
+}
+
+// ---- Fitted on the public table (see the module doc); rounded to 3 digits. ----
+
+/// MMQ (quantized weights, CUDA): FLOP per SM per clock. Median of 37 CUDA quantized pp512 rows.
+const CUDA_MMQ_FLOP_PER_SM_CLOCK: f64 = 492.0;
+/// cuBLAS with FP16 compute (F16 weights, CUDA): the lower of a share of the FP16-accumulate tensor peak (median
+/// of the 11 CUDA F16 pp512 rows' shares, 0.27-0.56) and a per-SM-clock ceiling (median of the two HBM rows, A100
+/// 80GB PCIe 763 and H100 PCIe 879: their full-rate tensor cores are not what binds).
+const CUDA_F16_TENSOR_SHARE: f64 = 0.43;
+const CUDA_F16_FLOP_PER_SM_CLOCK: f64 = 821.0;
+/// Ada's prefill FLOP per joule of board power: 0.290 TFLOP/J, fitted jointly with the MMQ rate on the 164 CUDA
+/// and Metal pp512 rows the model covers (fit.py: grid in 1 % steps minimising the summed absolute log error of the
+/// Ada rows, kernel rates from the rows the bound does not bind); 0.311 with the pro Ada family held out.
+pub const ADA_FLOP_PER_J: f64 = 0.290e12;
+/// Metal simdgroup-matrix kernels: share of the FP16 ALU peak. Medians of 70 quantized and 23 F16 rows.
+const METAL_QUANT_SHARE: f64 = 0.592;
+const METAL_F16_SHARE: f64 = 0.717;
+
+/// Decode: peak-bandwidth time multipliers (1 / efficiency) by weight kind, for unified memory.
+const DECODE_Q4_0: f64 = 1.067;
+const DECODE_Q8_0: f64 = 1.095;
+const DECODE_K_QUANT: f64 = 1.282;
+const DECODE_F16: f64 = 1.125;
+/// Added to the multiplier on GDDR and on HBM.
+const DECODE_GDDR_EXTRA: f64 = 0.022;
+const DECODE_HBM_EXTRA: f64 = 0.794;
+/// Seconds per layer per token.
+const CUDA_LAYER_S: f64 = 45.2e-6;
+const METAL_LAYER_S: f64 = 198.0e-6;
+
+/// Unquantized types run the dense-float kernels (cuBLAS on CUDA, the F16 simdgroup kernels on Metal).
+fn dense_float(t: Dtype) -> bool {
+    matches!(
+        t,
+        Dtype::Ggml(GgmlType::F16 | GgmlType::BF16 | GgmlType::F32)
+    ) || !matches!(t, Dtype::Ggml(_))
+}
+
+/// Whether the prefill rate of a CUDA GPU of compute capability `cc` is bounded by its board power: Ada only (the
+/// module doc says why).
+pub fn power_bound_applies(cc: (u32, u32)) -> bool {
+    cc == (8, 9)
+}
+
+/// FLOP/s the prefill kernel for weights of type `t` reaches.
+pub fn prefill_rate(k: &GpuKernels, t: Dtype) -> f64 {
+    let dense = dense_float(t);
+    match k.backend {
+        GpuBackend::Cuda => {
+            let kernel = if dense && k.fp16_tensor_flops > 0.0 {
+                (k.fp16_tensor_flops * CUDA_F16_TENSOR_SHARE)
+                    .min(k.sm_cycles_per_s * CUDA_F16_FLOP_PER_SM_CLOCK)
+            } else {
+                k.sm_cycles_per_s * CUDA_MMQ_FLOP_PER_SM_CLOCK
+            };
+            if k.board_power_w > 0.0 {
+                kernel.min(k.board_power_w * ADA_FLOP_PER_J)
+            } else {
+                kernel
+            }
+        }
+        GpuBackend::Metal => {
+            let share = if dense {
+                METAL_F16_SHARE
+            } else {
+                METAL_QUANT_SHARE
+            };
+            k.simd_flops * share
+        }
+    }
+}
+
+/// Seconds of prefill matmuls and attention for `tokens` prompt tokens.
+pub fn prefill_compute(k: &GpuKernels, l: &DeviceLoad, tokens: f64) -> f64 {
+    let matmul: f64 = l
+        .by_type
+        .iter()
+        .map(|t| {
+            let rows = if t.output { 1.0 } else { tokens };
+            2.0 * t.params * rows / prefill_rate(k, t.dtype)
+        })
+        .sum();
+    // Attention runs on F16 K/V: the dense-float kernels' rate.
+    let attn =
+        l.attn_flops_per_pair * tokens * tokens / 2.0 / prefill_rate(k, Dtype::Ggml(GgmlType::F16));
+    matmul + attn
+}
+
+/// The peak-bandwidth time multiplier of weights of type `t` on memory `m`.
+fn decode_multiplier(m: MemoryClass, t: Dtype) -> f64 {
+    let base = match t {
+        Dtype::Ggml(GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1) => {
+            DECODE_Q4_0
+        }
+        Dtype::Ggml(GgmlType::Q8_0) => DECODE_Q8_0,
+        t if dense_float(t) => DECODE_F16,
+        _ => DECODE_K_QUANT,
+    };
+    base + match m {
+        MemoryClass::Unified => 0.0,
+        MemoryClass::Gddr => DECODE_GDDR_EXTRA,
+        MemoryClass::Hbm => DECODE_HBM_EXTRA,
+    }
+}
+
+/// Seconds one decode step spends reading weights and `kv_bytes` of KV cache.
+pub fn decode_read(k: &GpuKernels, p: &DevicePerf, l: &DeviceLoad, kv_bytes: f64) -> f64 {
+    let weights: f64 = l
+        .by_type
+        .iter()
+        .map(|t| t.bytes * decode_multiplier(k.memory, t.dtype))
+        .sum();
+    // Element-wise weights not in `by_type` (none today) and the KV cache read at the F16 share.
+    let rest = (l.weight_bytes_per_token - l.by_type.iter().map(|t| t.bytes).sum::<f64>()).max(0.0)
+        + kv_bytes;
+    (weights + rest * decode_multiplier(k.memory, Dtype::Ggml(GgmlType::F16)))
+        / p.bandwidth_bytes_per_s
+}
+
+/// Seconds per decode step the backend spends besides reading and computing: per-layer launches.
+pub fn decode_overhead(k: &GpuKernels, l: &DeviceLoad) -> f64 {
+    l.layers
+        * match k.backend {
+            GpuBackend::Cuda => CUDA_LAYER_S,
+            GpuBackend::Metal => METAL_LAYER_S,
+        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf::TypeLoad;
+
+    fn cuda() -> GpuKernels {
+        GpuKernels {
+            backend: GpuBackend::Cuda,
+            memory: MemoryClass::Gddr,
+            // RTX 4090: 128 SMs × 2.52 GHz.
+            sm_cycles_per_s: 128.0 * 2.52e9,
+            fp16_tensor_flops: 330.3e12,
+            simd_flops: 0.0,
+            board_power_w: 0.0,
+            prefill: true,
+            decode: true,
+        }
+    }
+
+    #[test]
+    fn quantized_and_f16_weights_run_different_kernels() {
+        let k = cuda();
+        let q = prefill_rate(&k, Dtype::Ggml(GgmlType::Q4_0));
+        let f = prefill_rate(&k, Dtype::Ggml(GgmlType::F16));
+        assert!((q - 128.0 * 2.52e9 * CUDA_MMQ_FLOP_PER_SM_CLOCK).abs() < 1.0);
+        // cuBLAS: 0.43 of the 330.3 TFLOPS FP16-accumulate peak (142.0 T) is below the per-SM-clock ceiling (821 x
+        // 322.56 G = 264.8 T), so the share binds; MMQ's 492 x 322.56 G = 158.7 T is another rate.
+        assert!((f - 330.3e12 * CUDA_F16_TENSOR_SHARE).abs() < 1.0, "{f}");
+        assert!((f - q).abs() > 1e12);
+    }
+
+    #[test]
+    fn board_power_bounds_the_prefill_rate_where_it_is_given() {
+        // RTX 6000 Ada: 142 SMs x 2.505 GHz, 300 W: MMQ would reach 175 TFLOPS, the power bound 93.3.
+        let k = GpuKernels {
+            sm_cycles_per_s: 142.0 * 2.505e9,
+            fp16_tensor_flops: 364.2e12,
+            board_power_w: 300.0,
+            ..cuda()
+        };
+        let q = prefill_rate(&k, Dtype::Ggml(GgmlType::Q4_0));
+        assert!((q - 300.0 * ADA_FLOP_PER_J).abs() < 1.0, "{q}");
+        assert!(q < 142.0 * 2.505e9 * CUDA_MMQ_FLOP_PER_SM_CLOCK);
+        assert!(power_bound_applies((8, 9)) && !power_bound_applies((9, 0)));
+    }
+
+    #[test]
+    fn memory_classes_come_from_the_profile_type() {
+        assert_eq!(MemoryClass::from_type("HBM2e"), Some(MemoryClass::Hbm));
+        assert_eq!(MemoryClass::from_type("GDDR6X"), Some(MemoryClass::Gddr));
+        assert_eq!(
+            MemoryClass::from_type("LPDDR5X"),
+            Some(MemoryClass::Unified)
+        );
+        assert_eq!(MemoryClass::from_type("DDR5"), None);
+    }
+
+    #[test]
+    fn k_quants_read_slower_than_q4_0_and_hbm_slower_than_gddr() {
+        let q4 = Dtype::Ggml(GgmlType::Q4_0);
+        let k4 = Dtype::Ggml(GgmlType::Q4_K);
+        assert!(
+            decode_multiplier(MemoryClass::Gddr, k4) > decode_multiplier(MemoryClass::Gddr, q4)
+        );
+        assert!(decode_multiplier(MemoryClass::Hbm, q4) > decode_multiplier(MemoryClass::Gddr, q4));
+        let l = DeviceLoad {
+            layers: 32.0,
+            by_type: vec![TypeLoad {
+                dtype: q4,
+                output: false,
+                bytes: 1e9,
+                params: 2e9,
+            }],
+            weight_bytes_per_token: 1e9,
+            ..DeviceLoad::default()
+        };
+        assert!((decode_overhead(&cuda(), &l) - 32.0 * CUDA_LAYER_S).abs() < 1e-12);
+    }
+}
