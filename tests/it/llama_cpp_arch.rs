@@ -30,24 +30,14 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "1 of 12 rows, 6.5 % under (-c 32768 -np 4 -fa off: 363.01 vs 388.38 MiB): the attention phase without flash attention at four sequences, not traced yet",
     ),
     (
-        "exaone-4.0-1.2b",
-        "compute",
-        "3 of 12 rows, up to 10.3 % under (-c 32768: 208.00 vs 232.00 MiB): the allocator trace shows the last layer's gate, up and activation filling the freed KQ-mask hole and the logits landing above them; the output-phase rules cover MoE layers only (compute_moe.rs)",
-    ),
-    (
         "falcon-h1-1.5b-base",
         "compute",
-        "1 of 12 rows, 15.6 % under (-c 32768, q4_0 KV: 136.00 vs 161.18 MiB), not traced yet",
+        "1 of 12 rows, 15.6 % under (-c 32768, q4_0 KV: 136.00 vs 161.18 MiB): the allocator trace puts the last layer's ffn_out, hence the final state, in the freed up activation's slot above the residual instead of at the bottom; the replay of compute_dense.rs starts from exaone4's layout only",
     ),
     (
         "gemma-4-e2b-it",
         "compute",
-        "6 of 13 rows, up to 129 MiB under at 131072: the per-layer-embedding projections and the shared-KV layers' graph are not modelled",
-    ),
-    (
-        "nvidia-nemotron-nano-9b-v2",
-        "compute",
-        "1 of 12 rows, 5.8 % under (-c 32768 -np 4: 273.50 vs 290.26 MiB), not traced yet",
+        "6 of 13 rows, up to 126 MiB under at 131072 (521.00 vs 647.02 MiB): the allocator trace puts the final state in the freed ffn_up slot above the per-layer-embedding input (inp_per_layer, n_layer x 256 per token, live to the last layer), which the output phase does not model",
     ),
 ];
 

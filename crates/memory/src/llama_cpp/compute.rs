@@ -12,13 +12,15 @@
 //! attention peak is a stack the allocator builds by fragmentation, modelled as the residual row plus the three
 //! latent-width tensors, not as a simulation of the allocator's free list.
 //!
-//! In a mixture of experts the logits sit on the last layer's stack (`compute_moe`); Mamba-2 layers have their
-//! own peak (`compute_ssm`). Trade-off: both are the allocator's layout read off its
-//! trace and written as stacks, so fragmentation the stack does not describe (ERNIE without flash attention at
-//! 4 sequences, 6.5 % under) is not modelled.
+//! In a mixture of experts the logits sit on the last layer's stack (`compute_moe`), after exaone4's post-norm
+//! feed-forward where its replay puts the final state (`compute_dense`), and above the kept final state where a
+//! NextN head keeps it ([`KEEPS_NEXTN_STATE`]); Mamba-2 layers have their own peak (`compute_ssm`). Trade-off:
+//! these are the allocator's layouts read off its trace and written as stacks, so fragmentation a stack does not
+//! describe (ERNIE without flash attention at 4 sequences, 6.5 % under) is not modelled.
 
 use serde::Serialize;
 
+use super::compute_dense::DenseOutput;
 use super::compute_moe::MoeOutput;
 use super::compute_ssm::Mamba2Widths;
 use super::error::{ParamError, add, mul, product};
@@ -36,6 +38,36 @@ const I32: u64 = 4;
 const I64: u64 = 8;
 /// What an overflow in this module is named.
 const W: &str = "compute buffer";
+
+/// Dense architectures whose graph keeps the normed final hidden state as a graph output for a NextN/MTP draft
+/// head and selects the output rows after it: `res->t_h_nextn = cur` after `build_norm(.., output_norm, ..)`, then
+/// `if (!cparams.embeddings_nextn_masked && inp_out_ids) cur = ggml_get_rows(ctx0, cur, inp_out_ids)`
+/// (src/models/nemotron-h.cpp L245-253, gemma4.cpp L414-418, qwen35.cpp L206-212; `embeddings_nextn_masked`
+/// defaults to false, llama-context.cpp L120). `llm_graph_result::set_outputs` flags `t_h_nextn` as an output
+/// (llama-graph.cpp L1377), which ggml-alloc never frees, so the state and its row selection (a full copy: the
+/// reserve graph outputs every token) both sit under the logits. The mixture-of-experts architectures that do the
+/// same are covered by `compute_moe`'s traced layouts.
+const KEEPS_NEXTN_STATE: &[&str] = &["gemma4", "nemotron_h", "qwen35"];
+
+/// Rows under the logits where the normed final state is kept ([`KEEPS_NEXTN_STATE`]): the embedding input (never
+/// freed), the kept state and its row selection.
+const NEXTN_ROWS: u64 = 3;
+
+/// Bytes under the logits for [`KEEPS_NEXTN_STATE`], with `row` one f32 `n_embd` row of the micro-batch and
+/// `input_hole` the bytes of the inputs the last attention frees at the bottom of the buffer, right above the
+/// embedding input. Read off the allocator's trace (`AT_PRINTF`) on NVIDIA-Nemotron-Nano-9B-v2: where the hole
+/// is smaller than one row neither the state nor its selection fits it (ggml-alloc.c `ggml_dyn_tallocr_alloc`:
+/// best fit, else the last block) and both stack above it (`-c 32768 -np 4`: 34.26 MiB under the logits, 3 rows
+/// and the 8.01 MiB hole; `-c 4096`: 30.26); from one row the hole takes them (`-c 32768`: 26.25 MiB, 3 rows;
+/// Gemma-4-E2B `-c 32768 -np 4` and `-c 4096 -ctk q8_0`, a 5 MiB hole of 1.7 rows: 9.00 MiB, 3 rows).
+fn nextn_under_logits(row: u64, input_hole: u64) -> Result<u64, ParamError> {
+    let rows = mul(W, NEXTN_ROWS, row)?;
+    if input_hole < row {
+        add(W, rows, input_hole)
+    } else {
+        Ok(rows)
+    }
+}
 
 /// The engine offloads a matmul whose weights stay on the host to the first GPU once a micro-batch has at
 /// least this many tokens (ggml-cuda `offload_op`: `min_batch_size = 32`), copying the weight into that GPU's
@@ -125,8 +157,8 @@ pub struct ComputeTerms {
     mla_live: Option<u64>,
     /// MLA without flash attention: the contiguous transposed copy of V, a view of the K-only cache.
     mla_v_cont: u64,
-    /// Bytes under the logits in a mixture of experts ([`MoeOutput::under_logits`]), `None` where no rule
-    /// applies.
+    /// Bytes under the logits in a mixture of experts ([`MoeOutput::under_logits`]) or where the final state is
+    /// kept for a NextN head ([`nextn_under_logits`]), `None` where no rule applies.
     moe_under_logits: Option<u64>,
     /// The widest Mamba-2 layer's live bytes ([`Mamba2Widths::live_bytes`]), 0 without one.
     ssm_live: u64,
@@ -302,7 +334,11 @@ impl ComputeTerms {
         .try_fold(mask, |a, b| add(W, a, b))?;
         let moe_under_logits = match MoeOutput::of(model) {
             Some(m) => m.under_logits(row, t, input_hole)?,
-            None => None,
+            None if KEEPS_NEXTN_STATE.contains(&arch) => Some(nextn_under_logits(row, input_hole)?),
+            None => match DenseOutput::of(model) {
+                Some(d) => Some(d.under_logits(row, t, input_hole)?),
+                None => None,
+            },
         };
         let op_offload = if gpus && t >= OP_OFFLOAD_MIN_BATCH && placement.gpu_layers > 0 {
             largest_host_matmul

@@ -21,6 +21,7 @@
 
 mod archs;
 mod compute;
+mod compute_dense;
 mod compute_moe;
 mod compute_ssm;
 mod error;
