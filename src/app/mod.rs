@@ -22,6 +22,7 @@ mod calibrate;
 mod estimate;
 mod measurements;
 mod observe;
+mod recommend;
 mod resolve;
 
 pub use bench::*;
@@ -29,6 +30,7 @@ pub use calibrate::*;
 pub use estimate::*;
 pub use measurements::*;
 pub use observe::*;
+pub use recommend::*;
 pub use resolve::*;
 
 /// Exit codes of the `optimizer` binary.

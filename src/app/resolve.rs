@@ -89,9 +89,24 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         .find_workload(&req.workload)
         .map_err(|e| lookup_failure(e, "workloads"))?
         .value;
+    resolve_loaded(sources, req, &spec, workload)
+}
+
+/// [`resolve`] with the model already read and the workload already looked up (`req.model` and `req.workload`
+/// are not read again): `recommend` plans one model on many machines through here, so each option's plan is
+/// exactly `resolve`'s for the same hardware.
+pub fn resolve_loaded(
+    sources: &Sources,
+    req: &ResolveRequest,
+    spec: &crate::model::ModelSpec,
+    workload: &crate::profile::WorkloadProfile,
+) -> Result<Deployment, Failure> {
+    let set = sources.profiles()?;
+    let mut fabric = None;
     let (mut inv, mut source, nodes) = match &req.hardware.cluster {
         Some(path) => {
-            let (inv, nodes) = cluster_node(path)?;
+            let (inv, nodes, f) = cluster_node(path)?;
+            fabric = f;
             (inv, "cluster", nodes)
         }
         None => {
@@ -132,7 +147,7 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
     let mut fleet = crate::fleet::build(
         &inv,
         set,
-        plan::runtime_for(&spec, workload, &req.overrides),
+        plan::runtime_for(spec, workload, &req.overrides),
     )
     .map_err(|e| {
         plan_failure(
@@ -154,13 +169,16 @@ pub fn resolve(sources: &Sources, req: &ResolveRequest) -> Result<Deployment, Fa
         ));
     }
     let overrides = with_draft(&req.overrides, fleet.runtime)?;
-    let overrides = with_mmproj(overrides, fleet.runtime)?;
+    let mut overrides = with_mmproj(overrides, fleet.runtime)?;
+    if fabric.is_some() {
+        overrides.to_mut().fabric = fabric;
+    }
     let evidence = sources.evidence(&fleet.profile_ids(), &spec.fingerprint)?;
     // Launch artifacts name the model by its absolute path, so they work from wherever they are run, not only
     // from the directory `resolve` ran in (the model was read above, so it exists).
     let path = launch_path(&req.model);
     let inputs = Inputs {
-        model: &spec,
+        model: spec,
         model_path: &path,
         inventory: &inv,
         hardware_source: source,
@@ -318,7 +336,9 @@ fn idle_gpus(doc: &Deployment, inv: &Inventory) -> Option<String> {
 }
 
 /// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).
-fn cluster_node(path: &Path) -> Result<(Inventory, u32), Failure> {
+fn cluster_node(
+    path: &Path,
+) -> Result<(Inventory, u32, Option<crate::hardware::Fabric>), Failure> {
     use crate::hardware::InventoryError;
     let cluster = crate::hardware::load_cluster(path).map_err(|e| match &e {
         InventoryError::Io { source, .. } => {
@@ -359,7 +379,7 @@ fn cluster_node(path: &Path) -> Result<(Inventory, u32), Failure> {
                 anyhow::anyhow!("{}: the node count overflows", path.display()),
             )
         })?;
-    Ok((first.inventory.clone(), nodes))
+    Ok((first.inventory.clone(), nodes, cluster.fabric.clone()))
 }
 
 /// This machine (or the inventory) with its GPUs replaced by `n` GPUs of a profile.

@@ -14,6 +14,7 @@ mod measurements;
 pub mod output;
 mod probe;
 mod profiles;
+mod recommend;
 mod resolve;
 pub(crate) mod terminal;
 
@@ -75,6 +76,9 @@ enum RawCommand {
     /// The main job: plan how to run a model on this machine (or profiled GPUs) for a workload, and write the
     /// resolved, explained deployment document.
     Resolve(resolve::RawResolve),
+    /// What to rent or buy for a model and workload: every priced offer planned as `resolve --hardware` plans
+    /// it, ranked by cost per hour and per million tokens, with each price's age.
+    Recommend(recommend::RawRecommend),
     /// Estimate llama.cpp's memory per device (weights, repacked copies, KV cache, compute and output
     /// buffers, runtime overhead) for a model and llama.cpp's own flags. Paste your llama.cpp flags.
     Estimate(estimate::RawEstimate),
@@ -214,6 +218,7 @@ enum Command {
     Observe(PathBuf, crate::app::Observation),
     Estimate(estimate::Settings),
     Resolve(resolve::Settings),
+    Recommend(recommend::Settings),
     Calibrate(calibrate::Mode),
     Bench(bench::Settings),
 }
@@ -283,6 +288,7 @@ fn settle(raw: RawArgs) -> Result<(Command, Common), Failure> {
         }
         RawCommand::Estimate(raw) => Command::Estimate(estimate::settle(raw)?),
         RawCommand::Resolve(raw) => Command::Resolve(resolve::settle(raw)?),
+        RawCommand::Recommend(raw) => Command::Recommend(recommend::settle(raw)?),
         RawCommand::Calibrate(raw) => Command::Calibrate(calibrate::settle(raw)),
         RawCommand::Bench(raw) => Command::Bench(bench::settle(raw)?),
         RawCommand::Completions { shell } => Command::Completions(shell),
@@ -509,6 +515,7 @@ fn run((command, common): (Command, Common)) -> Result<(), Failure> {
         Command::MeasurementsPrune(s) => measurements::prune(&common, &s),
         Command::Estimate(s) => estimate::run(&common, &s),
         Command::Resolve(s) => resolve::run(&common, &s),
+        Command::Recommend(s) => recommend::run(&common, &s),
         Command::Calibrate(mode) => calibrate::run(&common, &mode),
         Command::Bench(s) => bench::run(&common, &s),
         Command::Schema(name) => write_stdout(&crate::schema::render(&name).unwrap_or_default()),

@@ -176,6 +176,7 @@ pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 draft_model: raw.model_draft,
                 draft: None,
                 kv_type: raw.kv_type,
+                fabric: None,
                 mmproj: raw.mmproj.map(|p| crate::runtime::Projector {
                     path: p.display().to_string(),
                     spec: None,

@@ -209,6 +209,67 @@ pub(crate) fn materialize(id: &str) -> tempfile::TempDir {
     dir
 }
 
+/// The unquantized BF16 checkpoint an FP8 fixture was made from, written as a model directory named `name`
+/// inside the returned temporary directory: the same tensors with every `F8_E4M3` weight stored as `BF16`, the
+/// quantization scales (`*_scale`, `*_scale_inv`) dropped, and `quantization_config` removed from `config.json`
+/// (its `torch_dtype` is already `bfloat16`). Meta's Llama-3.1-405B(-Instruct) is that checkpoint of
+/// `Meta-Llama-3.1-405B-Instruct-FP8`: same config otherwise, 405,853,388,800 parameters at 2 bytes
+/// (811,706,777,600 bytes, 756 GiB).
+pub(crate) fn materialize_bf16(id: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join(name);
+    fs::create_dir(&dir).unwrap();
+    let mut cfg = config(id);
+    cfg.as_object_mut().unwrap().remove("quantization_config");
+    fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(&cfg).unwrap(),
+    )
+    .unwrap();
+    let h = header(id);
+    let mut tensors: Vec<(&String, &Value)> = h
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| {
+            *k != "__metadata__" && !k.ends_with("_scale") && !k.ends_with("_scale_inv")
+        })
+        .collect();
+    tensors.sort_by_key(|(k, _)| k.as_str());
+    let mut map = serde_json::Map::new();
+    map.insert("__metadata__".into(), h["__metadata__"].clone());
+    let mut offset = 0u64;
+    for (k, v) in tensors {
+        let mut e = v.clone();
+        let elements: u64 = v["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .product();
+        let bytes = match v["dtype"].as_str().unwrap() {
+            "F8_E4M3" | "BF16" | "F16" => {
+                e["dtype"] = Value::String("BF16".into());
+                elements * 2
+            }
+            "F32" => elements * 4,
+            other => panic!("{k}: dtype {other} has no BF16 original"),
+        };
+        e["data_offsets"] = serde_json::json!([offset, offset + bytes]);
+        map.insert(k.clone(), e);
+        offset += bytes;
+    }
+    let mut header = serde_json::to_vec(&Value::Object(map)).unwrap();
+    while !header.len().is_multiple_of(HEADER_ALIGN) {
+        header.push(b' ');
+    }
+    let mut f = File::create(dir.join("model.safetensors")).unwrap();
+    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    f.write_all(&header).unwrap();
+    f.set_len(8 + header.len() as u64 + offset).unwrap();
+    (parent, dir)
+}
+
 /// Fixture `id` read by the crate's safetensors reader (from a directory [`materialize`] wrote and then
 /// removed: the spec keeps no handle on the files).
 pub(crate) fn spec(id: &str) -> ModelSpec {

@@ -5,6 +5,8 @@
 //! how devices and nodes cooperate, and `launch` is a list of artifacts (argv, env, files) the runtime wrote.
 //! Pure: types and rendering helpers, touches nothing.
 
+pub mod lws;
+
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
@@ -231,6 +233,13 @@ pub struct VllmSettings {
     pub enforce_eager: bool,
     /// The attention backend vLLM selects for this GPU and model (not pinned on the command line).
     pub attention_backend: String,
+    /// `--pipeline-parallel-size`: stages in sequence, one per node, when a replica spans nodes; absent on one
+    /// node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_parallel_size: Option<u32>,
+    /// `--nnodes`: the nodes one replica spans (vLLM's multi-node launcher); absent on one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nnodes: Option<u32>,
 }
 
 /// PyTorch training settings (Hugging Face `Trainer`, PEFT, bitsandbytes, DeepSpeed) and what they mean. Byte

@@ -33,6 +33,7 @@
 pub mod lookup;
 pub mod matching;
 mod node_inventory;
+pub mod prices;
 pub mod rulebook;
 pub mod types;
 pub mod validate;

@@ -32,12 +32,12 @@ pub const MODEL_MOUNT: &str = "/models";
 /// to its root under the same name).
 pub const MODEL_CLAIM: &str = "optimizer-models";
 /// Seconds between probes (kubelet's default is also 10 s).
-const PROBE_PERIOD_S: u32 = 10;
+pub const PROBE_PERIOD_S: u32 = 10;
 /// Startup probe failures allowed before the container is restarted: 180 × 10 s = 30 minutes, time to read a
 /// 100+ GB model from network storage at about 100 MB/s; the server answers /health with 503 while it loads.
-const STARTUP_FAILURES: u32 = 180;
+pub const STARTUP_FAILURES: u32 = 180;
 /// Liveness failures before a restart: 3 (kubelet's default), half a minute of an unresponsive server.
-const LIVENESS_FAILURES: u32 = 3;
+pub const LIVENESS_FAILURES: u32 = 3;
 /// One MiB; memory requests are written in whole MiB, rounded up.
 const MIB: u64 = 1 << 20;
 

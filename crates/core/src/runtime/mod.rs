@@ -52,6 +52,9 @@ pub struct Overrides {
     /// `--kv-type TYPE`: the KV cache type, pinned (llama.cpp `-ctk`/`-ctv`, vLLM `--kv-cache-dtype`), as given;
     /// each runtime checks it against what its engine accepts. `None`: the workload's preferences decide.
     pub kv_type: Option<String>,
+    /// The fabric between a cluster's nodes (`--cluster FILE`'s `fabric`), for plans that span nodes; `None`:
+    /// one node, or a cluster file that describes none.
+    pub fabric: Option<crate::hardware::Fabric>,
 }
 
 /// A multimodal projector GGUF (`general.architecture` `clip`): its path as given and, once loaded, its

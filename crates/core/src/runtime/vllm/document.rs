@@ -49,6 +49,8 @@ impl Vllm<'_> {
                     p.kv,
                 )
                 .into(),
+                pipeline_parallel_size: (p.pp > 1).then_some(p.pp),
+                nnodes: (p.pp > 1).then_some(p.pp),
             },
             m,
         )
@@ -217,14 +219,29 @@ impl Vllm<'_> {
             .iter()
             .map(|&i| self.gpus[i].id.to_string())
             .collect();
-        let stages: Vec<Stage> = gpu_ids
-            .iter()
-            .map(|d| Stage {
-                device: d.clone(),
-                layers: Some([0, self.n_layer - 1]),
-                output_layer: true,
-            })
-            .collect();
+        let stages: Vec<Stage> = if p.pp > 1 {
+            super::multinode::pp_partition(self.n_layer, p.pp)
+                .iter()
+                .enumerate()
+                .flat_map(|(node, &(s, e))| {
+                    let last = node + 1 == p.pp as usize;
+                    gpu_ids.iter().map(move |d| Stage {
+                        device: format!("node{node}/{d}"),
+                        layers: Some([s, e - 1]),
+                        output_layer: last,
+                    })
+                })
+                .collect()
+        } else {
+            gpu_ids
+                .iter()
+                .map(|d| Stage {
+                    device: d.clone(),
+                    layers: Some([0, self.n_layer - 1]),
+                    output_layer: true,
+                })
+                .collect()
+        };
         let link = if p.tp > 1 {
             let g = self.gpus[p.gpus[0]];
             match (g.nvlink_bytes_per_s, g.link_bytes_per_s) {
@@ -238,29 +255,38 @@ impl Vllm<'_> {
         } else {
             String::new()
         };
-        put(
-            "topology",
-            Source::Computed,
-            format!(
-                "{} replica(s) of one vllm serve process per node{}; every layer is split over the tensor-parallel group{}",
-                p.replicas,
-                if fleet.nodes > 1 {
-                    format!(" on each of {} nodes", fleet.nodes)
-                } else {
-                    String::new()
-                },
-                if p.tp > 1 {
-                    format!(", with two all-reduces per layer over {link}")
-                } else {
-                    String::new()
-                }
-            ),
-        );
+        if p.pp <= 1 {
+            put(
+                "topology",
+                Source::Computed,
+                format!(
+                    "{} replica(s) of one vllm serve process per node{}; every layer is split over the tensor-parallel group{}",
+                    p.replicas,
+                    if fleet.nodes > 1 {
+                        format!(" on each of {} nodes", fleet.nodes)
+                    } else {
+                        String::new()
+                    },
+                    if p.tp > 1 {
+                        format!(", with two all-reduces per layer over {link}")
+                    } else {
+                        String::new()
+                    }
+                ),
+            );
+        }
+        if p.pp > 1 {
+            self.pipeline_provenance(c, &mut prov);
+        }
         let topology = Topology {
             nodes: fleet.nodes,
-            data_parallel: fleet.nodes.saturating_mul(p.replicas),
+            data_parallel: if p.pp > 1 {
+                fleet.nodes / p.pp
+            } else {
+                fleet.nodes.saturating_mul(p.replicas)
+            },
             tensor_parallel: p.tp,
-            pipeline_parallel: 1,
+            pipeline_parallel: p.pp.max(1),
             stages,
         };
         let model_dir = launch::model_dir(self.req.model, self.req.model_path);
@@ -435,3 +461,85 @@ const GENERATIVE_SUFFIXES: [&str; 4] = [
     "ChatModel",
     "LMHeadModel",
 ];
+
+impl Vllm<'_> {
+    /// The provenance of a plan spanning nodes: why the pipeline, its stages' memory per GPU, its speed and the
+    /// launcher.
+    fn pipeline_provenance(&self, c: &Candidate<Point>, prov: &mut BTreeMap<String, Provenance>) {
+        use crate::units::gib;
+        let p = &c.point;
+        let mut put = |k: &str, detail: String| {
+            prov.insert(
+                k.to_string(),
+                Provenance {
+                    source: Source::Computed,
+                    detail,
+                },
+            );
+        };
+        let parts = super::multinode::pp_partition(self.n_layer, p.pp);
+        let per_stage: Vec<String> = self
+            .stages(p.pp)
+            .iter()
+            .zip(&parts)
+            .enumerate()
+            .filter_map(|(i, (stage, &(s, e)))| {
+                let m = self.memory_of(stage, p, c.size).ok()?;
+                Some(format!(
+                    "node {i}: layers {s}-{} ({} layers{}), {:.2} GiB weights + {:.2} GiB other non-KV per GPU, KV page {} bytes",
+                    e - 1,
+                    e - s,
+                    match (i == 0, i + 1 == parts.len()) {
+                        (true, _) => ", token embedding",
+                        (_, true) => ", final norm and LM head",
+                        _ => "",
+                    },
+                    gib(m.nk.weights.per_rank_bytes),
+                    gib(m.non_kv.saturating_sub(m.nk.weights.per_rank_bytes)),
+                    m.kv.bytes_per_block
+                ))
+            })
+            .collect();
+        put(
+            "memory.pipeline_stages",
+            format!(
+                "each node is one pipeline stage of tensor parallel {} (vllm/distributed/utils.py get_pp_indices; the embedding on the first stage, norm and LM head on the last): {}; every GPU is given the tightest stage's KV cache (one --kv-cache-memory-bytes; vLLM runs all workers with the fewest blocks, vllm/v1/core/kv_cache_planning.py get_kv_cache_configs)",
+                p.tp,
+                per_stage.join("; ")
+            ),
+        );
+        let Some(s) = self.pipeline_speed(p, c.size) else {
+            return;
+        };
+        let link = self.fabric.map_or(String::new(), |l| {
+            format!("{:.1} GB/s per rank", l.bytes_per_s / 1e9)
+        });
+        put(
+            "settings.pipeline_parallel_size",
+            format!(
+                "no single node holds the model at any tensor-parallel size, so a replica spans {} nodes: tensor parallel {} inside each node (all-reduces over its own link), pipeline parallel {} across them (each decode step hands {} sequences' hidden states and residuals, {:.1} µs, over the fabric at {link}); with up to {} batches in flight of {} sequences, a stage's step is {:.2} ms, a token's cycle {:.2} ms, the stages idle {:.0} % of it (pipeline bubble; vllm/config/vllm.py max_concurrent_batches)",
+                p.pp,
+                p.tp,
+                p.pp,
+                s.per_batch,
+                s.send_s * 1e6,
+                s.micro_batches,
+                s.per_batch,
+                s.stage_s * 1e3,
+                s.cycle_s * 1e3,
+                s.bubble * 100.0
+            ),
+        );
+        put(
+            "topology",
+            format!(
+                "{} node(s) per replica with vLLM 0.33's multiprocessing launcher (--nnodes {} --node-rank R --master-addr NODE0 --master-port {}; ranks past 0 --headless: vllm/engine/arg_utils.py, vllm/entrypoints/cli/serve.py run_headless), {} replica(s) over the cluster's {} nodes",
+                p.pp,
+                p.pp,
+                super::multinode::MASTER_PORT,
+                self.req.fleet.nodes / p.pp,
+                self.req.fleet.nodes
+            ),
+        );
+    }
+}

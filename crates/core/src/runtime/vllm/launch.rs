@@ -84,6 +84,9 @@ pub fn vllm_serve(
     flag("--host", HOST.into());
     flag("--port", PORT.to_string());
     flag("--tensor-parallel-size", s.tensor_parallel_size.to_string());
+    if let Some(pp) = s.pipeline_parallel_size {
+        flag("--pipeline-parallel-size", pp.to_string());
+    }
     if s.replicas_per_node > 1 {
         flag("--data-parallel-size", s.replicas_per_node.to_string());
     }
@@ -216,8 +219,113 @@ pub fn artifacts(
 ) -> Vec<Artifact> {
     let allow_long = derived_max_model_len(model).is_some_and(|d| u64::from(s.max_model_len) > d);
     let serve = with_pooling(vllm_serve(model_dir, s, gpus, allow_long), pooling);
+    if let Some(nnodes) = s.nnodes.filter(|&n| n > 1) {
+        return multinode_artifacts(&serve, nnodes, gpus, gpu_names, cpus, image);
+    }
     let k8s = kubernetes(&serve, gpus, gpu_names, cpus, image);
     vec![serve, k8s]
+}
+
+/// A server spanning `nnodes` nodes: one `vllm serve` command per node rank (rank 0 serves the API, the others
+/// run `--headless`; [`multinode::node_args`]), each on the node's planned GPUs, and a LeaderWorkerSet that
+/// runs the group on Kubernetes ([`crate::emit::lws`]).
+fn multinode_artifacts(
+    serve: &Artifact,
+    nnodes: u32,
+    gpus: &[DeviceId],
+    gpu_names: &[&str],
+    cpus: u32,
+    image: Option<&str>,
+) -> Vec<Artifact> {
+    use super::multinode::{self, LEADER_ADDRESS};
+    let mut out = Vec::new();
+    for rank in 0..nnodes {
+        let mut argv = serve.argv.clone();
+        argv.extend(multinode::node_args(
+            nnodes,
+            &rank.to_string(),
+            LEADER_ADDRESS,
+            rank > 0,
+        ));
+        let name = if rank == 0 {
+            "vllm".to_string()
+        } else {
+            format!("vllm-node-{rank}")
+        };
+        out.push(Artifact {
+            name,
+            description: format!(
+                "node rank {rank} of {nnodes}: {}; replace {LEADER_ADDRESS} with node 0's address, which every node reaches (vLLM's torch.distributed rendezvous on port {})",
+                if rank == 0 {
+                    format!("the API server on {HOST}:{PORT} and this node's workers")
+                } else {
+                    "this node's workers only (--headless, no API server)".to_string()
+                },
+                multinode::MASTER_PORT
+            ),
+            command: Some(shell_command(&serve.env, &argv)),
+            argv,
+            env: serve.env.clone(),
+            files: BTreeMap::new(),
+            resources: None,
+        });
+    }
+    let in_pod = |headless: bool, rank: &str| {
+        let mut a = serve.argv.clone();
+        if let Some(m) = a.get_mut(2) {
+            *m = kubernetes::model_in_container(m);
+        }
+        a.extend(multinode::node_args(
+            nnodes,
+            rank,
+            "$(LWS_LEADER_ADDRESS)",
+            headless,
+        ));
+        a
+    };
+    let image = image.map_or_else(default_image, str::to_string);
+    let gpu_resource = kubernetes::gpu_resource(DeviceKind::Cuda)
+        .expect("CUDA GPUs have a Kubernetes resource name");
+    let lws = crate::emit::lws::LeaderWorkerSet {
+        name: "vllm",
+        image: &image,
+        size: nnodes,
+        replicas: 1,
+        leader_command: in_pod(false, "0"),
+        worker_command: in_pod(true, "$(LWS_WORKER_INDEX)"),
+        env: kubernetes::container_env(&serve.env),
+        gpu_resource,
+        gpus_per_pod: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
+        cpus,
+        gpu_product: kubernetes::common_gpu_product_label(gpu_names),
+        port: PORT,
+        health_path: HEALTH_PATH,
+        model_claim: kubernetes::MODEL_CLAIM,
+        model_mount: kubernetes::MODEL_MOUNT,
+        probe_period_s: kubernetes::PROBE_PERIOD_S,
+        startup_failures: kubernetes::STARTUP_FAILURES,
+        liveness_failures: kubernetes::LIVENESS_FAILURES,
+    };
+    let requests = BTreeMap::from([
+        ("cpu".to_string(), cpus.to_string()),
+        (gpu_resource.to_string(), gpus.len().to_string()),
+    ]);
+    let limits = BTreeMap::from([(gpu_resource.to_string(), gpus.len().to_string())]);
+    out.push(Artifact {
+        name: "leaderworkerset".into(),
+        description: format!(
+            "the {nnodes}-node vllm serve group as a Kubernetes LeaderWorkerSet ({}; install LWS first) and a Service on the leader's port {PORT}: {nnodes} pods, each on its own node with its GPUs and CPUs requested (resources are per pod), the leader serving the API and the workers headless, the group recreated whole when a pod restarts, /dev/shm memory-backed; the checkpoint is read from PersistentVolumeClaim {} mounted at {} on every node",
+            crate::emit::lws::API_VERSION,
+            kubernetes::MODEL_CLAIM,
+            kubernetes::MODEL_MOUNT
+        ),
+        argv: Vec::new(),
+        command: None,
+        env: BTreeMap::new(),
+        files: BTreeMap::from([("vllm-lws.yaml".to_string(), lws.manifest())]),
+        resources: Some(Resources { requests, limits }),
+    });
+    out
 }
 
 /// What an embedding plan asks of `vllm serve`: the pooling runner (`--runner pooling`; without it vLLM 0.33

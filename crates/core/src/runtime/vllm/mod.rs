@@ -24,6 +24,7 @@ mod choose;
 mod document;
 pub mod estimate;
 pub mod launch;
+pub mod multinode;
 mod space;
 mod speed;
 
@@ -52,6 +53,8 @@ const EAGER_LAUNCH_PER_LAYER_S: f64 = 50e-6;
 pub struct Point {
     /// `--tensor-parallel-size`.
     pub tp: u32,
+    /// `--pipeline-parallel-size`: nodes one replica spans (a stage per node; 1 on one node).
+    pub pp: u32,
     /// Indices into the runtime's GPUs: the first replica's group.
     pub gpus: Vec<usize>,
     /// Replicas on this node.
@@ -82,6 +85,11 @@ pub struct Vllm<'a> {
     max_num_batched_tokens: u32,
     batched_why: String,
     warnings: Vec<String>,
+    /// Pipeline sizes across the cluster's nodes and each one's stages as vLLM loads them
+    /// ([`multinode::stage_model`]); empty on one node or without a fabric bandwidth.
+    pipelines: Vec<(u32, Vec<optimizer_model::ModelSpec>)>,
+    /// The link between nodes one rank sends over ([`crate::perf::collective::fabric_link`]).
+    fabric: Option<crate::perf::collective::Link>,
 }
 
 impl<'a> Vllm<'a> {
@@ -133,6 +141,8 @@ impl<'a> Vllm<'a> {
         };
         let (tp_sizes, tp_why) = tp_sizes(model, gpus.len() as u32, ov.tensor_parallel)?;
         let (max_num_batched_tokens, batched_why) = batched_tokens(gpus[0]);
+        let mut warnings = warnings;
+        let (pipelines, fabric) = pipelines(req, &gpus, &tp_sizes, n_layer, &mut warnings);
         Ok(Vllm {
             req,
             gpus,
@@ -148,6 +158,8 @@ impl<'a> Vllm<'a> {
             max_num_batched_tokens,
             batched_why,
             warnings,
+            pipelines,
+            fabric,
         })
     }
 
@@ -205,11 +217,56 @@ impl<'a> Vllm<'a> {
         (cap, reserve, total)
     }
 
-    /// The memory plan of a point at a length: per GPU of the group, the KV cache taking what is left.
+    /// The stages of a pipeline of `pp` nodes (empty for 1 or a size not planned).
+    fn stages(&self, pp: u32) -> &[optimizer_model::ModelSpec] {
+        self.pipelines
+            .iter()
+            .find(|(n, _)| *n == pp)
+            .map_or(&[], |(_, s)| s.as_slice())
+    }
+
+    /// The memory plan of a point at a length: per GPU of the group, the KV cache taking what is left. Across
+    /// nodes, each pipeline stage is sized and the tightest taken: the most non-KV memory, and the KV cache
+    /// every stage can give (one `--kv-cache-memory-bytes` for all; vLLM runs every worker with the fewest blocks).
     fn memory(&self, p: &Point, len: u32) -> Result<PlanMemory, PlanError> {
+        if p.pp <= 1 {
+            return self.memory_of(self.req.model, p, len);
+        }
+        let mut worst: Option<PlanMemory> = None;
+        let mut kv_alloc = u64::MAX;
+        let mut blocks = u64::MAX;
+        for stage in self.stages(p.pp) {
+            let m = self.memory_of(stage, p, len)?;
+            kv_alloc = kv_alloc.min(m.kv_alloc);
+            blocks = blocks.min(m.capacity.num_blocks);
+            let tighter = worst
+                .as_ref()
+                .is_none_or(|w| (m.overflow, m.non_kv) > (w.overflow, w.non_kv));
+            if tighter {
+                worst = Some(m);
+            }
+        }
+        let mut m = worst.ok_or_else(|| {
+            PlanError::Model(format!("no pipeline of {} stages was prepared", p.pp))
+        })?;
+        if m.overflow == 0 {
+            m.kv_alloc = kv_alloc;
+            m.capacity = mem::kv_capacity(kv_alloc, &m.kv, &self.params(p, len));
+            m.capacity.num_blocks = m.capacity.num_blocks.min(blocks);
+        }
+        Ok(m)
+    }
+
+    /// [`Vllm::memory`] of one model (the checkpoint, or one pipeline stage of it).
+    fn memory_of(
+        &self,
+        model: &optimizer_model::ModelSpec,
+        p: &Point,
+        len: u32,
+    ) -> Result<PlanMemory, PlanError> {
         let params = self.params(p, len);
-        let nk = mem::non_kv(self.req.model, &params)?;
-        let kv = mem::kv(self.req.model, &params)?;
+        let nk = mem::non_kv(model, &params)?;
+        let kv = mem::kv(model, &params)?;
         let (cap, reserve, total) = self.group_room(&p.gpus);
         let non_kv = nk
             .in_budget_bytes()
@@ -240,6 +297,56 @@ impl<'a> Vllm<'a> {
             total,
         })
     }
+}
+
+/// Pipeline sizes a cluster of identical nodes offers (every divisor of the node count from 2, each stage the
+/// node's GPUs at tensor parallel), with each one's stages, and the fabric link; why none is offered goes to the
+/// warnings where the user would expect one.
+fn pipelines(
+    req: &Request,
+    gpus: &[&FleetGpu],
+    tp_sizes: &[u32],
+    n_layer: u32,
+    warnings: &mut Vec<String>,
+) -> (
+    Vec<(u32, Vec<optimizer_model::ModelSpec>)>,
+    Option<crate::perf::collective::Link>,
+) {
+    let nodes = req.fleet.nodes;
+    let per_node = gpus.len() as u32;
+    if nodes <= 1 || !tp_sizes.contains(&per_node) {
+        return (Vec::new(), None);
+    }
+    let Some(link) = req
+        .overrides
+        .fabric
+        .as_ref()
+        .and_then(|f| crate::perf::collective::fabric_link(f, per_node))
+    else {
+        warnings.push(format!(
+            "the cluster file gives no fabric bandwidth_gb_s: plans spanning its {nodes} nodes (pipeline parallel) are not considered"
+        ));
+        return (Vec::new(), None);
+    };
+    if link.latency_s == 0.0 {
+        warnings.push(
+            "the cluster file gives no fabric latency_us: pipeline hand-offs between nodes are priced by bandwidth alone".into(),
+        );
+    }
+    let out = (2..=nodes.min(n_layer))
+        .filter(|pp| nodes.is_multiple_of(*pp))
+        .map(|pp| {
+            let parts = multinode::pp_partition(n_layer, pp);
+            let last = parts.len() - 1;
+            let stages = parts
+                .iter()
+                .enumerate()
+                .map(|(i, &(s, e))| multinode::stage_model(req.model, s, e, i == 0, i == last))
+                .collect();
+            (pp, stages)
+        })
+        .collect();
+    (out, Some(link))
 }
 
 /// Facts that bound every member of a group: the compute capability of a member on FlashInfer's path if any is

@@ -31,13 +31,24 @@ impl Runtime for Vllm<'_> {
         let mut out = Vec::new();
         for eager in [false, true] {
             for (kv, _) in &self.kv_types {
-                let ladder: Vec<Point> = self
+                // One node's tensor-parallel sizes, then (on a cluster) the node's GPUs at tensor parallel times
+                // 2, 3, ... nodes of pipeline: memory per GPU falls along the ladder.
+                let n = self.gpus.len() as u32;
+                let rungs = self
                     .tp_sizes
                     .iter()
-                    .map(|&tp| {
-                        let (replicas, seqs) = self.replicas(tp);
+                    .map(|&tp| (tp, 1))
+                    .chain(self.pipelines.iter().map(|(pp, _)| (n, *pp)));
+                let ladder: Vec<Point> = rungs
+                    .map(|(tp, pp)| {
+                        let (replicas, seqs) = if pp > 1 {
+                            (1, self.concurrency.max(1))
+                        } else {
+                            self.replicas(tp)
+                        };
                         let base = Point {
                             tp,
+                            pp,
                             gpus: (0..tp as usize).collect(),
                             replicas,
                             kv: *kv,
@@ -94,8 +105,12 @@ impl Runtime for Vllm<'_> {
         let per_gpu = m.non_kv.saturating_add(m.kv_alloc);
         let total_bytes = per_gpu
             .saturating_mul(u64::from(p.tp))
+            .saturating_mul(u64::from(p.pp.max(1)))
             .saturating_mul(u64::from(p.replicas));
-        let load = self.load(p, &m);
+        if p.pp > 1 {
+            return self.evaluate_pipeline(p, len, &m, memory, total_bytes);
+        }
+        let load = self.load(self.req.model, p, &m);
         let gperf = self.gpus[p.gpus[0]].perf();
         let shape = Shape {
             prompt_tokens: w.prompt_tokens,
@@ -176,7 +191,7 @@ impl Runtime for Vllm<'_> {
     }
 
     fn group(&self, p: &Point) -> (u8, usize) {
-        (u8::from(p.enforce_eager), p.tp as usize)
+        (u8::from(p.enforce_eager), (p.tp * p.pp.max(1)) as usize)
     }
 
     fn summary(&self, c: &Candidate<Point>) -> (Settings, Vec<String>) {
@@ -192,8 +207,13 @@ impl Runtime for Vllm<'_> {
     }
 
     fn label(&self, c: &Candidate<Point>) -> String {
+        let pp = if c.point.pp > 1 {
+            format!(" x pipeline parallel {} (nodes)", c.point.pp)
+        } else {
+            String::new()
+        };
         format!(
-            "tensor parallel {}, KV {}, --max-model-len {} x {} sequences{}",
+            "tensor parallel {}{pp}, KV {}, --max-model-len {} x {} sequences{}",
             c.point.tp,
             self.variant(&c.point),
             c.size,
@@ -247,7 +267,7 @@ impl Runtime for Vllm<'_> {
                 near.size
             ));
         }
-        if !self.tp_sizes.iter().any(|&t| t > near.point.tp) {
+        if !self.tp_sizes.iter().any(|&t| t > near.point.tp) && near.point.pp >= self.max_pp() {
             s.push(format!(
                 "other hardware, more GPUs: its weights take {:.2} GiB per GPU at tensor parallel {}",
                 gib(m.nk.weights.per_rank_bytes),

@@ -1,17 +1,39 @@
 //! vLLM's speed model: what one rank of a tensor-parallel group reads and computes per token, and the
 //! all-reduces a step spends over the group's link.
 
-use crate::perf::{self, DeviceLoad, collective};
+use crate::emit::MemoryDevice;
+use crate::perf::{self, DeviceLoad, Shape, collective};
+use crate::runtime::Eval;
 use optimizer_memory::vllm as mem;
-use optimizer_model::Role;
+use optimizer_model::{ModelSpec, Role};
 
-use super::{PlanMemory, Point, Vllm};
+use super::{EAGER_LAUNCH_PER_LAYER_S, PlanMemory, Point, Vllm};
+
+/// A pipeline's decode and prefill, as [`Vllm::pipeline_speed`] prices them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct PipelineSpeed {
+    /// Batches in flight and sequences in each.
+    pub micro_batches: u32,
+    pub per_batch: u32,
+    /// One stage's decode step over one batch, and one hand-off between nodes, seconds.
+    pub stage_s: f64,
+    pub send_s: f64,
+    /// A token's cycle for every sequence, and the share of it a stage idles.
+    pub cycle_s: f64,
+    pub bubble: f64,
+    /// One stage's prefill of the prompt and its hand-off, seconds.
+    pub prefill_stage_s: f64,
+    pub prefill_send_s: f64,
+}
 
 impl Vllm<'_> {
     /// What one rank of the group reads and computes per token.
-    pub(super) fn load(&self, p: &Point, m: &PlanMemory) -> DeviceLoad {
-        let model = self.req.model;
+    pub(super) fn load(&self, model: &ModelSpec, p: &Point, m: &PlanMemory) -> DeviceLoad {
         let h = &model.hparams;
+        let n_layer = h
+            .block_count
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(self.n_layer);
         let tp = f64::from(p.tp);
         let experts = h.expert_count.unwrap_or(0);
         let share = if experts > 0 {
@@ -20,7 +42,7 @@ impl Vllm<'_> {
             1.0
         };
         let mut l = DeviceLoad {
-            layers: f64::from(self.n_layer),
+            layers: f64::from(n_layer),
             ..DeviceLoad::default()
         };
         let total_bytes = model.tensor_bytes().max(1) as f64;
@@ -54,7 +76,7 @@ impl Vllm<'_> {
         l.kv_bytes_per_cell = m.kv.page_bytes as f64 / f64::from(mem::DEFAULT_BLOCK_SIZE);
         let heads = h.head_count.as_ref().map_or(0, |x| x.max()) as f64;
         let k = h.key_length.unwrap_or(0) as f64;
-        l.attn_flops_per_pair = 4.0 * heads / tp * k * f64::from(self.n_layer);
+        l.attn_flops_per_pair = 4.0 * heads / tp * k * f64::from(n_layer);
         l
     }
 
@@ -79,5 +101,107 @@ impl Vllm<'_> {
     /// neither the profile nor the probe says).
     fn link(&self, p: &Point) -> collective::Link {
         self.gpus[p.gpus[0]].peer_link()
+    }
+}
+
+impl Vllm<'_> {
+    /// The most nodes a pipeline of this plan may span (1 on one node).
+    pub(super) fn max_pp(&self) -> u32 {
+        self.pipelines.iter().map(|(pp, _)| *pp).max().unwrap_or(1)
+    }
+
+    /// The stage that sets a pipeline's pace: the one holding the most weight bytes (the LM head's or the
+    /// embedding's side), and its memory at `len`.
+    fn pace_stage(&self, p: &Point, len: u32) -> Option<(&ModelSpec, PlanMemory)> {
+        let s = self.stages(p.pp).iter().max_by_key(|s| s.tensor_bytes())?;
+        Some((s, self.memory_of(s, p, len).ok()?))
+    }
+
+    /// A pipeline's speed: `max_num_seqs` split into up to `pp` batches in flight (vLLM's batch queue), each
+    /// stage's step the roofline of its own layers plus its tensor-parallel all-reduces, each hand-off the
+    /// ranks' slices over the fabric ([`collective::pp_send_seconds`]), the cycle and bubble from
+    /// [`collective::pipeline_cycle`].
+    pub(super) fn pipeline_speed(&self, p: &Point, len: u32) -> Option<PipelineSpeed> {
+        let (stage, sm) = self.pace_stage(p, len)?;
+        let link = self.fabric?;
+        let w = self.workload();
+        let n = p.max_num_seqs.max(1);
+        let micro_batches = n.min(p.pp.max(1));
+        let per_batch = n.div_ceil(micro_batches);
+        let load = self.load(stage, p, &sm);
+        let gperf = self.gpus[p.gpus[0]].perf();
+        let shape = Shape {
+            prompt_tokens: w.prompt_tokens,
+            generation_tokens: w.generation_tokens,
+            concurrency: u64::from(per_batch),
+            ubatch: u64::from(self.max_num_batched_tokens.max(per_batch)),
+        };
+        let pred = perf::predict(&[(gperf, load)], shape);
+        let layers = stage
+            .hparams
+            .block_count
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0);
+        let hidden = self.req.model.hparams.embedding_length.unwrap_or(0);
+        let dt = self.dtype.bytes();
+        let peer = self.gpus[p.gpus[0]].peer_link();
+        let ar = |tokens: u64| collective::tp_step_seconds(&peer, p.tp, layers, tokens, hidden, dt);
+        let mut stage_s = pred.time_per_output_token_ms / 1e3 + ar(u64::from(per_batch));
+        if p.enforce_eager {
+            stage_s += EAGER_LAUNCH_PER_LAYER_S * f64::from(layers);
+        }
+        let send_s = collective::pp_send_seconds(&link, p.tp, u64::from(per_batch), hidden, dt);
+        let (cycle_s, bubble) = collective::pipeline_cycle(p.pp, micro_batches, stage_s, send_s);
+        let prompt = w.prompt_tokens.max(1);
+        let prefill_stage_s =
+            prompt as f64 / pred.prefill_tokens_per_s.max(f64::MIN_POSITIVE) + ar(prompt);
+        let prefill_send_s = collective::pp_send_seconds(&link, p.tp, prompt, hidden, dt);
+        Some(PipelineSpeed {
+            micro_batches,
+            per_batch,
+            stage_s,
+            send_s,
+            cycle_s,
+            bubble,
+            prefill_stage_s,
+            prefill_send_s,
+        })
+    }
+
+    /// [`crate::runtime::Runtime::evaluate`] of a point spanning nodes: the tightest stage's memory, the
+    /// pipeline's speed.
+    pub(super) fn evaluate_pipeline(
+        &self,
+        p: &Point,
+        len: u32,
+        m: &PlanMemory,
+        memory: Vec<MemoryDevice>,
+        total_bytes: u64,
+    ) -> Result<Eval, crate::runtime::PlanError> {
+        let s = self.pipeline_speed(p, len).ok_or_else(|| {
+            crate::runtime::PlanError::Model(format!("no pipeline of {} stages was prepared", p.pp))
+        })?;
+        let (stage, sm) = self.pace_stage(p, len).expect("priced above");
+        let gperf = self.gpus[p.gpus[0]].perf();
+        let load = self.load(stage, p, &sm);
+        let pp = f64::from(p.pp);
+        let prompt = self.workload().prompt_tokens.max(1) as f64;
+        let ttft = pp * s.prefill_stage_s + (pp - 1.0) * s.prefill_send_s + s.cycle_s;
+        let prediction = perf::Prediction {
+            prefill_tokens_per_s: prompt / s.prefill_stage_s.max(f64::MIN_POSITIVE),
+            decode_tokens_per_s: f64::from(p.max_num_seqs.max(1))
+                / s.cycle_s.max(f64::MIN_POSITIVE),
+            time_to_first_token_ms: ttft * 1e3,
+            time_per_output_token_ms: s.cycle_s * 1e3,
+        };
+        Ok(Eval {
+            memory,
+            total_bytes,
+            overflow: m.overflow,
+            ladder_overflow: m.overflow,
+            prediction,
+            knee: perf::decode_knee(&gperf, &load),
+            notes: Vec::new(),
+        })
     }
 }

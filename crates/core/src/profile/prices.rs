@@ -1,0 +1,560 @@
+//! Price tables (`crates/core/profiles/prices/`, issue 29): what renting (`cloud.yaml`) or buying
+//! (`purchase.yaml`) each piece of hardware costs, typed, read from the embedded built-in files or a user's
+//! `--prices FILE`, and validated against the profile set in force: ids unique, every hardware and node profile
+//! id joined, every row dated (a row without a date never deserializes), amounts finite and positive. The
+//! profile loader skips these files ([`super::PRICES_DIR`]); `recommend` loads them here. Pure: reads the text it
+//! is given, touches nothing.
+
+use std::collections::BTreeSet;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Diagnostic, ProfileSet};
+
+/// The `schema_version` these types read.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Hours in a (non-leap) year: 365 x 24, the amortisation divisor of `purchase.yaml`'s README.
+pub const HOURS_PER_YEAR: f64 = 8760.0;
+
+/// How a cloud price is charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pricing {
+    OnDemand,
+    Spot,
+    #[serde(rename = "reserved-1y")]
+    Reserved1y,
+    CapacityBlock,
+    Marketplace,
+}
+
+/// What a row's `date` means (`README.md` of the price folder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DateKind {
+    Published,
+    Committed,
+    ValidUntil,
+    Read,
+    Launch,
+    PublishedMonth,
+}
+
+/// How far a price can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    High,
+    Medium,
+    Low,
+}
+
+/// What kind of purchase price a row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PurchaseKind {
+    Msrp,
+    Street,
+    Estimate,
+}
+
+/// The GPUs a price buys: a hardware profile id and how many.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PriceGpus {
+    pub profile: String,
+    pub count: u32,
+}
+
+/// One hourly rental price (`cloud.yaml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloudRow {
+    pub id: String,
+    pub provider: String,
+    pub instance: String,
+    pub region: String,
+    pub pricing: Pricing,
+    /// USD per hour for the whole row (the instance, or `gpus.count` GPUs of a per-GPU row).
+    pub usd_per_hour: f64,
+    pub gpus: PriceGpus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<f64>,
+    /// `YYYY-MM-DD`.
+    pub date: String,
+    pub date_kind: DateKind,
+    pub confidence: Confidence,
+    pub source: String,
+    pub source_note: String,
+}
+
+/// `cloud.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloudFile {
+    pub schema_version: u32,
+    pub prices: Vec<CloudRow>,
+}
+
+/// One purchase price (`purchase.yaml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseRow {
+    pub id: String,
+    pub item: String,
+    pub gpus: PriceGpus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_profile: Option<String>,
+    pub kind: PurchaseKind,
+    /// USD; the low end of a quoted range.
+    pub usd: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd_high: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<f64>,
+    pub date: String,
+    pub date_kind: DateKind,
+    /// Board power of the GPUs priced, watts; `null` when not sourced.
+    pub power_w: Option<f64>,
+    pub power_source: String,
+    pub confidence: Confidence,
+    pub source: String,
+    pub source_note: String,
+}
+
+/// `purchase.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseFile {
+    pub schema_version: u32,
+    /// Years a purchase is spread over unless `--amortisation-years` says otherwise (a default, not sourced).
+    pub amortisation_years_default: f64,
+    pub prices: Vec<PurchaseRow>,
+}
+
+/// Both tables, with where each came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prices {
+    pub cloud: Vec<(CloudRow, String)>,
+    pub purchase: Vec<(PurchaseRow, String)>,
+    pub amortisation_years_default: f64,
+}
+
+/// A parsed price file of either kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PriceFile {
+    Cloud(CloudFile),
+    Purchase(PurchaseFile),
+}
+
+fn diag(path: &str, instance_path: String, message: impl Into<String>) -> Diagnostic {
+    Diagnostic {
+        path: path.to_string(),
+        instance_path,
+        message: message.into(),
+    }
+}
+
+/// Parses a price file; its kind is told by its rows: `usd_per_hour` (cloud) or `usd` (purchase), or a
+/// top-level `amortisation_years_default` (purchase).
+pub fn parse(path: &str, text: &str) -> Result<PriceFile, Diagnostic> {
+    let value: serde_json::Value =
+        optimizer_input::yaml::from_str(text).map_err(|e| diag(path, String::new(), e))?;
+    let purchase = value.get("amortisation_years_default").is_some()
+        || value
+            .get("prices")
+            .and_then(|p| p.as_array())
+            .and_then(|rows| rows.first())
+            .is_some_and(|r| r.get("usd").is_some());
+    let parsed = if purchase {
+        serde_json::from_value(value).map(PriceFile::Purchase)
+    } else {
+        serde_json::from_value(value).map(PriceFile::Cloud)
+    };
+    parsed.map_err(|e| diag(path, String::new(), e.to_string()))
+}
+
+/// Days since 1970-01-01 of a `YYYY-MM-DD` date, or why it is not one (a real calendar day, years 1970-9999).
+pub fn parse_date(text: &str) -> Result<i64, String> {
+    let bad = || format!("{text:?} is not a date YYYY-MM-DD");
+    let b = text.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return Err(bad());
+    }
+    let num = |s: &str| -> Result<i64, String> {
+        if s.bytes().all(|c| c.is_ascii_digit()) {
+            s.parse().map_err(|_| bad())
+        } else {
+            Err(bad())
+        }
+    };
+    let (y, m, d) = (num(&text[0..4])?, num(&text[5..7])?, num(&text[8..10])?);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return Err(bad()),
+    };
+    if y < 1970 || !(1..=days_in_month).contains(&d) {
+        return Err(bad());
+    }
+    // Howard Hinnant's days_from_civil (http://howardhinnant.github.io/date_algorithms.html).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Ok(era * 146_097 + doe - 719_468)
+}
+
+/// The built-in tables as embedded, validated against `set` with ages counted to `today` (days since the
+/// epoch), overlaid by `user` files (path, text): a user row replaces the built-in row of the same id, other
+/// rows are added. Every defect of every file is reported.
+pub fn load(
+    set: &ProfileSet,
+    user: &[(String, String)],
+    today: i64,
+) -> Result<Prices, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let mut prices = Prices {
+        cloud: Vec::new(),
+        purchase: Vec::new(),
+        amortisation_years_default: 0.0,
+    };
+    let builtin = super::embedded::EMBEDDED
+        .iter()
+        .filter(|(rel, _)| rel.split('/').next() == Some(super::PRICES_DIR))
+        .map(|(rel, text)| (format!("builtin:{rel}"), (*text).to_string()));
+    for (path, text) in builtin.chain(user.iter().cloned()) {
+        let file = match parse(&path, &text) {
+            Ok(f) => f,
+            Err(d) => {
+                diags.push(d);
+                continue;
+            }
+        };
+        diags.extend(check(&path, &file, set, today));
+        match file {
+            PriceFile::Cloud(f) => {
+                for row in f.prices {
+                    prices.cloud.retain(|(r, _)| r.id != row.id);
+                    prices.cloud.push((row, path.clone()));
+                }
+            }
+            PriceFile::Purchase(f) => {
+                prices.amortisation_years_default = f.amortisation_years_default;
+                for row in f.prices {
+                    prices.purchase.retain(|(r, _)| r.id != row.id);
+                    prices.purchase.push((row, path.clone()));
+                }
+            }
+        }
+    }
+    if diags.is_empty() {
+        Ok(prices)
+    } else {
+        Err(diags)
+    }
+}
+
+/// What both kinds of row share, for [`check`].
+struct Common<'a> {
+    id: &'a str,
+    gpus: &'a PriceGpus,
+    node_profile: Option<&'a str>,
+    date: &'a str,
+    date_kind: DateKind,
+    source: &'a str,
+    amount: (&'static str, f64),
+    memory_gib: Option<f64>,
+}
+
+/// Every defect of one file: the schema version, unique ids, the profile joins, dates (none after `today`
+/// unless it is a `valid-until` date), amounts and sizes.
+pub fn check(path: &str, file: &PriceFile, set: &ProfileSet, today: i64) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let (version, rows): (u32, Vec<Common>) = match file {
+        PriceFile::Cloud(f) => (
+            f.schema_version,
+            f.prices
+                .iter()
+                .map(|r| Common {
+                    id: &r.id,
+                    gpus: &r.gpus,
+                    node_profile: r.node_profile.as_deref(),
+                    date: &r.date,
+                    date_kind: r.date_kind,
+                    source: &r.source,
+                    amount: ("usd_per_hour", r.usd_per_hour),
+                    memory_gib: r.memory_gib,
+                })
+                .collect(),
+        ),
+        PriceFile::Purchase(f) => {
+            if !(f.amortisation_years_default.is_finite() && f.amortisation_years_default > 0.0) {
+                out.push(diag(
+                    path,
+                    "/amortisation_years_default".into(),
+                    "must be a number of years above 0",
+                ));
+            }
+            for (i, r) in f.prices.iter().enumerate() {
+                if let Some(w) = r.power_w.filter(|w| !(w.is_finite() && *w >= 0.0)) {
+                    out.push(diag(
+                        path,
+                        format!("/prices/{i}/power_w"),
+                        format!("{w} is not a power in watts (0 or more)"),
+                    ));
+                }
+                if let Some(h) = r.usd_high.filter(|h| !(h.is_finite() && *h >= r.usd)) {
+                    out.push(diag(
+                        path,
+                        format!("/prices/{i}/usd_high"),
+                        format!("{h} is below usd {}", r.usd),
+                    ));
+                }
+            }
+            (
+                f.schema_version,
+                f.prices
+                    .iter()
+                    .map(|r| Common {
+                        id: &r.id,
+                        gpus: &r.gpus,
+                        node_profile: r.node_profile.as_deref(),
+                        date: &r.date,
+                        date_kind: r.date_kind,
+                        source: &r.source,
+                        amount: ("usd", r.usd),
+                        memory_gib: r.memory_gib,
+                    })
+                    .collect(),
+            )
+        }
+    };
+    if version != SCHEMA_VERSION {
+        out.push(diag(
+            path,
+            "/schema_version".into(),
+            format!("{version}: this build reads schema_version {SCHEMA_VERSION}"),
+        ));
+    }
+    let mut ids = BTreeSet::new();
+    for (i, r) in rows.iter().enumerate() {
+        let at = |field: &str| format!("/prices/{i}/{field}");
+        let kebab = !r.id.is_empty()
+            && r.id
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+        if !kebab {
+            out.push(diag(
+                path,
+                at("id"),
+                format!("{:?} is not a lower-kebab-case id", r.id),
+            ));
+        }
+        if !ids.insert(r.id) {
+            out.push(diag(path, at("id"), format!("{:?} appears twice", r.id)));
+        }
+        let (field, amount) = r.amount;
+        if !(amount.is_finite() && amount > 0.0) {
+            out.push(diag(
+                path,
+                at(field),
+                format!("{amount} is not a price above 0"),
+            ));
+        }
+        if let Some(m) = r.memory_gib.filter(|m| !(m.is_finite() && *m > 0.0)) {
+            out.push(diag(
+                path,
+                at("memory_gib"),
+                format!("{m} is not a memory size above 0"),
+            ));
+        }
+        if !(1..=crate::hardware::MAX_GPUS as u32).contains(&r.gpus.count) {
+            out.push(diag(
+                path,
+                at("gpus/count"),
+                format!(
+                    "{}: expected 1 to {} GPUs",
+                    r.gpus.count,
+                    crate::hardware::MAX_GPUS
+                ),
+            ));
+        }
+        if set.hardware(&r.gpus.profile).is_none() {
+            out.push(diag(
+                path,
+                at("gpus/profile"),
+                format!(
+                    "{:?} is no hardware profile (`optimizer profiles list --kind hardware`)",
+                    r.gpus.profile
+                ),
+            ));
+        }
+        if let Some(n) = r.node_profile {
+            match set.node(n) {
+                None => out.push(diag(
+                    path,
+                    at("node_profile"),
+                    format!("{n:?} is no node profile (`optimizer profiles list --kind node`)"),
+                )),
+                Some(e)
+                    if e.value.gpus.profile != r.gpus.profile
+                        || e.value.gpus.count != r.gpus.count =>
+                {
+                    out.push(diag(
+                        path,
+                        at("node_profile"),
+                        format!(
+                            "node {n} has {} x {}, the row prices {} x {}",
+                            e.value.gpus.count, e.value.gpus.profile, r.gpus.count, r.gpus.profile
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        match parse_date(r.date) {
+            Err(e) => out.push(diag(path, at("date"), e)),
+            Ok(d) if d > today && r.date_kind != DateKind::ValidUntil => out.push(diag(
+                path,
+                at("date"),
+                format!(
+                    "{}: after today's date; a price is dated the day it was read or published",
+                    r.date
+                ),
+            )),
+            Ok(_) => {}
+        }
+        if !(r.source.starts_with("https://") || r.source.starts_with("http://")) {
+            out.push(diag(
+                path,
+                at("source"),
+                format!("{:?} is not a URL", r.source),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_count_days_from_the_epoch_and_refuse_what_is_no_day() {
+        assert_eq!(parse_date("1970-01-01"), Ok(0));
+        assert_eq!(parse_date("2000-03-01"), Ok(11_017));
+        assert_eq!(parse_date("2024-02-29"), Ok(19_782));
+        for bad in [
+            "2023-02-29",
+            "2026-13-01",
+            "2026-00-10",
+            "2026-1-01",
+            "26-01-01",
+            "",
+            "2026-01-32",
+        ] {
+            assert!(parse_date(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The built-in tables load, validate and join against the built-in profiles.
+    #[test]
+    fn the_builtin_tables_are_valid() {
+        let set = super::super::builtin_set().unwrap();
+        let today = parse_date("2026-11-27").unwrap();
+        let p = load(&set, &[], today).unwrap();
+        assert!(
+            p.cloud.len() > 40 && p.purchase.len() > 10,
+            "{} {}",
+            p.cloud.len(),
+            p.purchase.len()
+        );
+        assert!(p.amortisation_years_default > 0.0);
+    }
+
+    /// A row without a date, with an unknown field, an unknown profile or a duplicate id is refused.
+    #[test]
+    fn defective_rows_are_refused() {
+        let set = super::super::builtin_set().unwrap();
+        let today = parse_date("2026-11-27").unwrap();
+        let row = "{id: x-1, provider: aws, instance: i, region: r, pricing: spot, usd_per_hour: 1.0, gpus: {profile: h100-sxm, count: 1}, date: 2025-01-01, date_kind: read, confidence: low, source: https://e.x, source_note: n}";
+        let undated = row.replace("date: 2025-01-01, ", "");
+        let e = load(
+            &set,
+            &[(
+                "u.yaml".into(),
+                format!("schema_version: 1\nprices: [{undated}]"),
+            )],
+            today,
+        )
+        .unwrap_err();
+        assert!(e[0].message.contains("date"), "{e:?}");
+        let extra = row.replace("region: r", "region: r, colour: red");
+        assert!(
+            load(
+                &set,
+                &[(
+                    "u.yaml".into(),
+                    format!("schema_version: 1\nprices: [{extra}]")
+                )],
+                today
+            )
+            .is_err()
+        );
+        let unknown = row.replace("h100-sxm", "no-such-gpu");
+        let e = load(
+            &set,
+            &[(
+                "u.yaml".into(),
+                format!("schema_version: 1\nprices: [{unknown}]"),
+            )],
+            today,
+        )
+        .unwrap_err();
+        assert_eq!(e[0].instance_path, "/prices/0/gpus/profile");
+        let e = load(
+            &set,
+            &[(
+                "u.yaml".into(),
+                format!("schema_version: 1\nprices: [{row}, {row}]"),
+            )],
+            today,
+        )
+        .unwrap_err();
+        assert!(e[0].message.contains("twice"), "{e:?}");
+        let future = row.replace("2025-01-01", "2027-01-01");
+        assert!(
+            load(
+                &set,
+                &[(
+                    "u.yaml".into(),
+                    format!("schema_version: 1\nprices: [{future}]")
+                )],
+                today
+            )
+            .is_err()
+        );
+        let ok = load(
+            &set,
+            &[(
+                "u.yaml".into(),
+                format!("schema_version: 1\nprices: [{row}]"),
+            )],
+            today,
+        )
+        .unwrap();
+        assert!(ok.cloud.iter().any(|(r, p)| r.id == "x-1" && p == "u.yaml"));
+    }
+}

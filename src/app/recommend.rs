@@ -1,0 +1,635 @@
+//! `recommend`: what to rent or buy for a model and a workload (issue 29). Every priced option (a cloud row of
+//! `crates/core/profiles/prices/cloud.yaml`, or with `buy` a purchase row) becomes a what-if machine, planned by
+//! [`resolve_loaded`], the same code path `resolve --hardware` takes; the plans that fit are priced and ranked.
+//! Nothing here predicts speed or memory itself: every figure is the plan's, or arithmetic on the plan's figures
+//! and the price row's, and each option says which (`cost_basis`, `throughput_basis`, the price's date and age).
+//! May touch: the model file, the profiles, the store (through `resolve`), the price files given.
+
+use serde::Serialize;
+
+use super::*;
+use crate::emit::{Settings, SlaStatus, Status};
+use crate::evidence::Basis;
+use crate::profile::prices::{self, Confidence, DateKind, PriceGpus};
+
+mod offers;
+use offers::offers;
+
+/// Seconds in an hour, for USD per hour against tokens per second.
+const SECONDS_PER_HOUR: f64 = 3600.0;
+/// Tokens in the unit prices are quoted per (USD per million tokens).
+const TOKENS_PER_MILLION: f64 = 1e6;
+/// Seconds in a day, for the age of a price from the clock.
+const SECONDS_PER_DAY: u64 = 86_400;
+
+/// Rent (cloud rows, USD per hour as charged) or buy (purchase rows, amortised).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Acquire {
+    Rent,
+    Buy {
+        /// Years a purchase is spread over; `None`: the price file's default.
+        amortisation_years: Option<f64>,
+        /// Electricity price; `None`: power is not priced (no sourced default), and the result says so.
+        usd_per_kwh: Option<f64>,
+        /// Share of the hours the GPUs draw their board power (1: every hour, an upper bound).
+        utilisation: f64,
+    },
+}
+
+/// What `recommend` is asked.
+#[derive(Debug, Clone)]
+pub struct RecommendRequest {
+    pub model: PathBuf,
+    pub workload: String,
+    /// The runtime and other pins, as `resolve` takes them.
+    pub overrides: Overrides,
+    /// SLA targets replacing the preset's (each one given).
+    pub sla_ttft_ms: Option<f64>,
+    pub sla_tpot_ms: Option<f64>,
+    /// Requests per second to serve; `None`: one instance at its capacity.
+    pub rate_req_per_s: Option<f64>,
+    /// Drop options costing more than this, USD per hour at the load.
+    pub budget_usd_per_hour: Option<f64>,
+    pub acquire: Acquire,
+    /// `--prices FILE`s: rows added to (or, by id, replacing) the built-in tables.
+    pub prices: Vec<PathBuf>,
+    /// The day prices' ages are counted to (`YYYY-MM-DD`); `None`: today by the clock.
+    pub as_of: Option<String>,
+}
+
+/// The price an option rests on, with its age.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PriceRef {
+    pub id: String,
+    /// USD per hour (rent) or USD (buy), as the row has it.
+    pub usd: f64,
+    pub date: String,
+    pub date_kind: DateKind,
+    /// Days from `date` to the day the ages are counted to.
+    pub age_days: i64,
+    pub confidence: Confidence,
+    pub source: String,
+    /// The price file the row came from.
+    pub file: String,
+}
+
+/// One option that fits, priced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Choice {
+    /// The offer: provider, instance, region and pricing (rent), or the item bought.
+    pub offer: String,
+    pub gpus: PriceGpus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_profile: Option<String>,
+    /// Where the planned host's cores and memory come from.
+    pub host: String,
+    /// The `resolve` flags that plan the same machine (its plan is this option's, exactly).
+    pub resolve_flags: String,
+    pub status: Status,
+    pub runtime: String,
+    /// The plan's key settings, in words.
+    pub settings: String,
+    pub time_to_first_token_ms: f64,
+    pub time_per_output_token_ms: f64,
+    /// The plan's speed basis (analytic, calibrated, measured) and the store rows behind it.
+    pub basis: Basis,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<i64>,
+    /// Replicas of the plan on one instance (llama-server per GPU, vLLM data parallel).
+    pub replicas_per_instance: u32,
+    /// Tokens per second one instance sustains (output, or embedded/trained tokens: `Recommendation::tokens`).
+    pub tokens_per_s: f64,
+    /// Requests per second one instance sustains (0 for training).
+    pub requests_per_s: f64,
+    pub throughput_basis: String,
+    /// Instances needed for the rate (1 without one).
+    pub instances: u64,
+    pub gpus_total: u64,
+    /// USD per hour for all instances at the load.
+    pub usd_per_hour: f64,
+    /// USD per million tokens at that load.
+    pub usd_per_million_tokens: f64,
+    pub cost_basis: String,
+    pub price: PriceRef,
+    /// The plan, as `resolve` writes it.
+    #[serde(skip)]
+    pub plan: Box<Deployment>,
+}
+
+/// An offer that did not make the ranking, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rejected {
+    pub price_id: String,
+    pub offer: String,
+    pub gpus: PriceGpus,
+    /// USD per hour of one instance.
+    pub usd_per_hour: f64,
+    /// `no-fit`, `sla`, `workload-unmet`, `budget`, `throughput` (ranked, but more instances cost more), `error`.
+    pub reason: String,
+    pub detail: String,
+}
+
+/// The ranking.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recommendation {
+    pub model: crate::emit::ModelRef,
+    pub workload: String,
+    /// `rent` or `buy`.
+    pub acquire: &'static str,
+    pub as_of: String,
+    /// The SLA the plans were held to, and where each target came from.
+    pub sla: Vec<String>,
+    pub rate_req_per_s: Option<f64>,
+    /// What a token of the cost per million is: `output`, `embedded` or `trained`.
+    pub tokens: &'static str,
+    pub priced_offers: usize,
+    pub machines_planned: usize,
+    /// Ranked: least USD per hour at the load first.
+    pub options: Vec<Choice>,
+    /// `price.id` of the cheapest option meeting every SLA target (else the cheapest).
+    pub cheapest: Option<String>,
+    /// `price.id` of the option with the fewest GPUs (then the cheapest of those).
+    pub fewest_gpus: Option<String>,
+    /// `price.id`s of the options no other beats on both cost and latency, cheapest first.
+    pub pareto: Vec<String>,
+    /// Offers cheaper per instance than the cheapest option's instance, nearest in price first, and why each lost.
+    pub cheaper_lost: Vec<Rejected>,
+    pub rejected: Vec<Rejected>,
+    pub notes: Vec<String>,
+}
+
+/// `recommend`: the model and workload once, then every offer planned by `resolve`'s own path (one plan per
+/// distinct machine), priced and ranked.
+pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommendation, Failure> {
+    let spec = crate::model::load(&req.model)?;
+    crate::model::safetensors::require_config(&req.model, &spec)?;
+    let set = sources.profiles()?;
+    let mut workload = set
+        .find_workload(&req.workload)
+        .map_err(|e| lookup_failure(e, "workloads"))?
+        .value
+        .clone();
+    let training = workload.training.is_some();
+    if training && req.rate_req_per_s.is_some() {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "--rate: workload {} trains and serves no requests; options are ranked by cost per trained token",
+                workload.id
+            ),
+        ));
+    }
+    let mut sla = Vec::new();
+    for (flag, given, target, name) in [
+        (
+            "--sla-ttft-ms",
+            req.sla_ttft_ms,
+            &mut workload.sla.time_to_first_token_ms,
+            "time to first token",
+        ),
+        (
+            "--sla-tpot-ms",
+            req.sla_tpot_ms,
+            &mut workload.sla.time_per_output_token_ms,
+            "time per output token",
+        ),
+    ] {
+        if given.is_some() {
+            *target = given;
+        }
+        if let Some(ms) = *target {
+            let from = if given.is_some() {
+                flag.to_string()
+            } else {
+                format!("workload {}", workload.id)
+            };
+            sla.push(format!("{name} <= {ms} ms ({from})"));
+        }
+    }
+    let sla_given = req.sla_ttft_ms.is_some() || req.sla_tpot_ms.is_some();
+    let today = match &req.as_of {
+        Some(d) => prices::parse_date(d)
+            .map_err(|e| Failure::new(exit::USAGE, anyhow::anyhow!("--as-of: {e}")))?,
+        None => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |t| t.as_secs());
+            (secs / SECONDS_PER_DAY) as i64
+        }
+    };
+    let as_of = rfc3339(today as u64 * SECONDS_PER_DAY)[..10].to_string();
+    let mut user = Vec::new();
+    for p in &req.prices {
+        let text = read_input(p, crate::profile::MAX_PROFILE_BYTES, "price file")?;
+        user.push((p.display().to_string(), text));
+    }
+    let table = prices::load(set, &user, today).map_err(|d| {
+        invalid_profiles(d).hint("crates/core/profiles/prices/README.md describes the price files")
+    })?;
+    let mut notes = Vec::new();
+    let offers = offers(&table, req.acquire, today, &mut notes)?;
+    let tokens = if training {
+        "trained"
+    } else if workload.generation_tokens == 0 {
+        "embedded"
+    } else {
+        "output"
+    };
+
+    // One plan per distinct machine: on-demand and spot rows of one instance share it.
+    let mut plans: Vec<(Hardware, Result<Deployment, Failure>)> = Vec::new();
+    let mut options = Vec::new();
+    let mut rejected = Vec::new();
+    for o in &offers {
+        let hardware = Hardware {
+            gpus: Some(match &o.node_profile {
+                Some(n) => (1, n.clone()),
+                None => (o.gpus.count, o.gpus.profile.clone()),
+            }),
+            cluster: None,
+            host: o.host,
+        };
+        let i = match plans.iter().position(|(h, _)| *h == hardware) {
+            Some(i) => i,
+            None => {
+                let r = ResolveRequest {
+                    model: req.model.clone(),
+                    workload: workload.id.clone(),
+                    hardware: hardware.clone(),
+                    overrides: req.overrides.clone(),
+                    stable: false,
+                };
+                plans.push((hardware, resolve_loaded(sources, &r, &spec, &workload)));
+                plans.len() - 1
+            }
+        };
+        let reject = |reason: &str, detail: String| Rejected {
+            price_id: o.price.id.clone(),
+            offer: o.offer.clone(),
+            gpus: o.gpus.clone(),
+            usd_per_hour: o.usd_per_hour,
+            reason: reason.into(),
+            detail,
+        };
+        let doc = match &plans[i].1 {
+            Err(f) => {
+                rejected.push(reject("error", format!("exit {}: {}", f.code, f.error)));
+                continue;
+            }
+            Ok(doc) => doc,
+        };
+        match doc.status {
+            Status::NoFit => {
+                let why = doc.suggestions.first().cloned().unwrap_or_default();
+                rejected.push(reject("no-fit", why));
+                continue;
+            }
+            Status::WorkloadUnmet => {
+                rejected.push(reject(
+                    "workload-unmet",
+                    "the workload's request is longer than the context the model allows".into(),
+                ));
+                continue;
+            }
+            Status::SlaMissed if sla_given => {
+                rejected.push(reject("sla", missed(doc)));
+                continue;
+            }
+            _ => {}
+        }
+        let Some(t) = throughput(doc, &workload) else {
+            rejected.push(reject(
+                "throughput",
+                "the plan predicts no throughput".into(),
+            ));
+            continue;
+        };
+        let instances = match req.rate_req_per_s {
+            Some(rate) => (rate / t.requests_per_s).ceil().max(1.0) as u64,
+            None => 1,
+        };
+        let usd_per_hour = instances as f64 * o.usd_per_hour;
+        if let Some(b) = req.budget_usd_per_hour.filter(|b| usd_per_hour > *b) {
+            rejected.push(reject(
+                "budget",
+                format!("{usd_per_hour:.2} USD/h at the load, over the budget of {b} USD/h"),
+            ));
+            continue;
+        }
+        let load_tokens_per_s = match req.rate_req_per_s {
+            Some(rate) => rate * t.tokens_per_s / t.requests_per_s,
+            None => t.tokens_per_s,
+        };
+        let usd_per_million_tokens =
+            usd_per_hour / (load_tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_MILLION;
+        let load = match req.rate_req_per_s {
+            Some(rate) => format!("{rate} req/s on {instances} instance(s)"),
+            None => "one instance at its capacity".to_string(),
+        };
+        options.push(Choice {
+            offer: o.offer.clone(),
+            gpus: o.gpus.clone(),
+            node_profile: o.node_profile.clone(),
+            host: o.host_basis.clone(),
+            resolve_flags: resolve_flags(&plans[i].0),
+            status: doc.status,
+            runtime: doc.runtime.id.to_string(),
+            settings: settings_words(&doc.settings),
+            time_to_first_token_ms: doc.performance.time_to_first_token_ms,
+            time_per_output_token_ms: doc.performance.time_per_output_token_ms,
+            basis: doc.performance.basis,
+            evidence: doc.performance.evidence.clone(),
+            replicas_per_instance: t.replicas,
+            tokens_per_s: t.tokens_per_s,
+            requests_per_s: t.requests_per_s,
+            throughput_basis: t.basis,
+            instances,
+            gpus_total: instances * u64::from(o.gpus.count),
+            usd_per_hour,
+            usd_per_million_tokens,
+            cost_basis: format!(
+                "{instances} x {:.4} USD/h ({}); per million {tokens} tokens at {load}",
+                o.usd_per_hour, o.cost_basis
+            ),
+            price: o.price.clone(),
+            plan: Box::new(doc.clone()),
+        });
+    }
+    if options.is_empty()
+        && let Some(Err(f)) = plans.iter().map(|(_, r)| r).find(|r| r.is_err())
+        && plans.iter().all(|(_, r)| r.is_err())
+    {
+        // The same refusal on every machine is the model's or the flags', not a machine's.
+        return Err(Failure {
+            code: f.code,
+            error: anyhow::anyhow!("{}", f.error),
+            hint: f.hint.clone(),
+        });
+    }
+    options.sort_by(|a, b| {
+        a.usd_per_hour
+            .total_cmp(&b.usd_per_hour)
+            .then(
+                a.usd_per_million_tokens
+                    .total_cmp(&b.usd_per_million_tokens),
+            )
+            .then(a.price.id.cmp(&b.price.id))
+    });
+    rejected.sort_by(|a, b| {
+        a.usd_per_hour
+            .total_cmp(&b.usd_per_hour)
+            .then(a.price_id.cmp(&b.price_id))
+    });
+    let cheapest = options
+        .iter()
+        .find(|c| c.status == Status::Fits)
+        .or(options.first());
+    let cheaper_lost = cheapest
+        .map(|c| cheaper_lost(c, &options, &rejected))
+        .unwrap_or_default();
+    let fewest_gpus = options
+        .iter()
+        .min_by(|a, b| {
+            a.gpus_total
+                .cmp(&b.gpus_total)
+                .then(a.usd_per_hour.total_cmp(&b.usd_per_hour))
+        })
+        .map(|c| c.price.id.clone());
+    let mut pareto = Vec::new();
+    let mut best_latency = f64::INFINITY;
+    for c in &options {
+        let l = latency_ms(c, training);
+        if l < best_latency {
+            best_latency = l;
+            pareto.push(c.price.id.clone());
+        }
+    }
+    if options.iter().any(|c| c.status == Status::SlaMissed) {
+        notes.push(
+            "options marked sla-missed run but miss the workload's SLA; give --sla-ttft-ms/--sla-tpot-ms to drop them"
+                .into(),
+        );
+    }
+    Ok(Recommendation {
+        model: crate::emit::ModelRef {
+            path: req.model.display().to_string(),
+            format: format!("{:?}", spec.format).to_lowercase(),
+            architecture: spec.architecture.clone(),
+            parameter_count: spec.parameter_count(),
+            tensor_bytes: spec.tensor_bytes(),
+            fingerprint: spec.fingerprint.clone(),
+        },
+        workload: workload.id.clone(),
+        acquire: match req.acquire {
+            Acquire::Rent => "rent",
+            Acquire::Buy { .. } => "buy",
+        },
+        as_of,
+        sla,
+        rate_req_per_s: req.rate_req_per_s,
+        tokens,
+        priced_offers: offers.len(),
+        machines_planned: plans.len(),
+        cheapest: cheapest.map(|c| c.price.id.clone()),
+        fewest_gpus,
+        pareto,
+        cheaper_lost,
+        options,
+        rejected,
+        notes,
+    })
+}
+
+/// What one instance sustains, from the plan's figures.
+struct Throughput {
+    replicas: u32,
+    tokens_per_s: f64,
+    requests_per_s: f64,
+    basis: String,
+}
+
+/// One instance's throughput. Serving: Little's law on the plan's figures, per replica: sequences in flight
+/// `n = decode tokens/s x TPOT` (the planner's decode rate is n per step of TPOT), each request held for
+/// `TTFT + generated tokens x TPOT`, so `n / that` requests per second; times the replicas on the instance.
+/// Embedding: the prefill rate over the prompt. Training: the plan's trained tokens per second.
+fn throughput(doc: &Deployment, w: &crate::profile::WorkloadProfile) -> Option<Throughput> {
+    let p = &doc.performance;
+    let replicas = replicas(doc);
+    let r = f64::from(replicas);
+    let t = if let Some(tr) = &p.training {
+        Throughput {
+            replicas,
+            tokens_per_s: tr.tokens_per_s,
+            requests_per_s: 0.0,
+            basis: format!(
+                "the plan's {:.1} trained tokens/s over all GPUs",
+                tr.tokens_per_s
+            ),
+        }
+    } else if w.generation_tokens == 0 {
+        let req = p.prefill_tokens_per_s / w.prompt_tokens.max(1) as f64;
+        Throughput {
+            replicas,
+            tokens_per_s: p.prefill_tokens_per_s * r,
+            requests_per_s: req * r,
+            basis: format!(
+                "{replicas} replica(s) x {:.1} prefill tokens/s / {} prompt tokens",
+                p.prefill_tokens_per_s, w.prompt_tokens
+            ),
+        }
+    } else {
+        let seqs = p.decode_tokens_per_s * p.time_per_output_token_ms / 1e3;
+        let held_s = (p.time_to_first_token_ms
+            + w.generation_tokens as f64 * p.time_per_output_token_ms)
+            / 1e3;
+        let req = seqs / held_s;
+        Throughput {
+            replicas,
+            tokens_per_s: req * w.generation_tokens as f64 * r,
+            requests_per_s: req * r,
+            basis: format!(
+                "{replicas} replica(s) x {seqs:.1} sequences / ({:.0} ms TTFT + {} tokens x {:.2} ms TPOT), {} figures",
+                p.time_to_first_token_ms,
+                w.generation_tokens,
+                p.time_per_output_token_ms,
+                format!("{:?}", p.basis).to_lowercase()
+            ),
+        }
+    };
+    (t.tokens_per_s.is_finite()
+        && t.tokens_per_s > 0.0
+        && (p.training.is_some() || t.requests_per_s > 0.0))
+        .then_some(t)
+}
+
+/// Replicas of the plan on one node: the `llama-server-replicas` artifact's servers, else vLLM's and torch's
+/// data parallel per node (the count `resolve`'s idle-GPU warning uses).
+fn replicas(doc: &Deployment) -> u32 {
+    let nodes = doc.topology.nodes.max(1);
+    match doc.artifact("llama-server-replicas") {
+        Some(a) => a
+            .files
+            .values()
+            .map(|script| script.lines().filter(|l| l.ends_with(" &")).count())
+            .sum::<usize>()
+            .max(1) as u32,
+        None if doc.performance.training.is_some() => 1,
+        None => (doc.topology.data_parallel / nodes).max(1),
+    }
+}
+
+/// The latency an option is ranked on in the Pareto front: time per output token (serving), time to first
+/// token (embedding), step time (training).
+fn latency_ms(c: &Choice, training: bool) -> f64 {
+    match &c.plan.performance.training {
+        Some(t) if training => t.step_time_ms,
+        _ if c.time_per_output_token_ms > 0.0 => c.time_per_output_token_ms,
+        _ => c.time_to_first_token_ms,
+    }
+}
+
+/// Which SLA targets a plan misses, and by how much.
+fn missed(doc: &Deployment) -> String {
+    doc.performance
+        .sla
+        .iter()
+        .filter(|s| s.status == SlaStatus::Missed)
+        .map(|s| format!("{} {:.1} ms > {} ms", s.target, s.predicted_ms, s.target_ms))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The offers cheaper per instance than the cheapest option, nearest in price first: rejected ones with their
+/// reason, ranked ones that needed more instances for the rate (`throughput`).
+fn cheaper_lost(best: &Choice, options: &[Choice], rejected: &[Rejected]) -> Vec<Rejected> {
+    let unit = best.usd_per_hour / best.instances as f64;
+    let mut out: Vec<Rejected> = rejected
+        .iter()
+        .filter(|r| r.usd_per_hour < unit)
+        .cloned()
+        .chain(
+            options
+                .iter()
+                .filter(|c| {
+                    c.price.id != best.price.id && c.usd_per_hour / (c.instances as f64) < unit
+                })
+                .map(|c| Rejected {
+                    price_id: c.price.id.clone(),
+                    offer: c.offer.clone(),
+                    gpus: c.gpus.clone(),
+                    usd_per_hour: c.usd_per_hour / c.instances as f64,
+                    reason: if c.status == Status::SlaMissed && best.status == Status::Fits {
+                        "sla".into()
+                    } else {
+                        "throughput".into()
+                    },
+                    detail: if c.status == Status::SlaMissed && best.status == Status::Fits {
+                        missed(&c.plan)
+                    } else {
+                        format!(
+                            "{:.3} req/s per instance: {} instance(s) cost {:.2} USD/h",
+                            c.requests_per_s, c.instances, c.usd_per_hour
+                        )
+                    },
+                }),
+        )
+        .collect();
+    out.sort_by(|a, b| {
+        b.usd_per_hour
+            .total_cmp(&a.usd_per_hour)
+            .then(a.price_id.cmp(&b.price_id))
+    });
+    out
+}
+
+/// The `resolve` flags for a machine.
+fn resolve_flags(h: &Hardware) -> String {
+    let mut s = match &h.gpus {
+        Some((1, id)) => format!("--hardware {id}"),
+        Some((n, id)) => format!("--hardware {n}x:{id}"),
+        None => String::new(),
+    };
+    match h.host.memory_bytes {
+        Some(b) if b % (1 << 30) == 0 => s.push_str(&format!(" --host-memory {}GiB", b >> 30)),
+        Some(b) => s.push_str(&format!(" --host-memory {b}")),
+        None => {}
+    }
+    if let Some(c) = h.host.cores {
+        s.push_str(&format!(" --host-cores {c}"));
+    }
+    s
+}
+
+/// A plan's key settings in a few words.
+fn settings_words(s: &Settings) -> String {
+    match s {
+        Settings::LlamaCpp(l) => format!(
+            "{:?} -ngl {} -np {} -c {} KV {}",
+            l.strategy, l.gpu_layers, l.parallel, l.context_length, l.cache_type_k
+        )
+        .to_lowercase(),
+        Settings::Vllm(v) => format!(
+            "TP {} x {} replica(s), {}{}, KV {}, {} seqs, len {}",
+            v.tensor_parallel_size,
+            v.replicas_per_node,
+            v.dtype,
+            v.quantization
+                .as_deref()
+                .map(|q| format!(" {q}"))
+                .unwrap_or_default(),
+            v.kv_cache_dtype,
+            v.max_num_seqs,
+            v.max_model_len
+        ),
+        Settings::Torch(t) => format!(
+            "{} {} mb {} x ga {}, dp {}, ZeRO-{} offload {}",
+            t.method,
+            t.precision,
+            t.micro_batch,
+            t.gradient_accumulation_steps,
+            t.data_parallel,
+            t.zero_stage,
+            t.offload
+        ),
+    }
+}

@@ -1,0 +1,347 @@
+//! `optimizer recommend`: what to rent or buy for a model and a workload, ranked by cost, each option a real plan
+//! (`app::recommend`). Flags are checked here (numbers finite and above 0; `--amortisation-years`,
+//! `--usd-per-kwh` and `--utilisation` only with `--buy`); the table is for people, yaml and json carry every
+//! field. Exit 0 when an option fits, 3 when none does (the output still says why each offer lost).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::resolve::RawRuntime;
+use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
+use crate::app::{Acquire, Choice, RecommendRequest, Recommendation};
+use crate::plan::Overrides;
+
+#[derive(Debug, Args)]
+pub(super) struct RawRecommend {
+    /// The model: a .gguf, or a safetensors checkpoint (as `resolve -m` takes it).
+    #[arg(short = 'm', long)]
+    model: PathBuf,
+    /// Workload preset id (`optimizer profiles list --kind workloads`).
+    #[arg(short = 'w', long, default_value = "inference")]
+    workload: String,
+    /// Time-to-first-token target in ms, replacing the preset's; options that miss it are dropped.
+    #[arg(long = "sla-ttft-ms", value_name = "MS")]
+    sla_ttft_ms: Option<f64>,
+    /// Time-per-output-token target in ms, replacing the preset's; options that miss it are dropped.
+    #[arg(long = "sla-tpot-ms", value_name = "MS")]
+    sla_tpot_ms: Option<f64>,
+    /// Requests per second to serve: each option gets the instances its predicted throughput needs.
+    #[arg(long = "rate", value_name = "REQ_PER_S")]
+    rate: Option<f64>,
+    /// Drop options costing more than this many USD per hour at the load.
+    #[arg(long = "budget", value_name = "USD_PER_HOUR")]
+    budget: Option<f64>,
+    /// Rank cloud rental prices (the default).
+    #[arg(long, conflicts_with = "buy")]
+    rent: bool,
+    /// Rank purchase prices, amortised (plus power with --usd-per-kwh).
+    #[arg(long)]
+    buy: bool,
+    /// Years a purchase is spread over (default: the price file's `amortisation_years_default`).
+    #[arg(long = "amortisation-years", value_name = "N", requires = "buy")]
+    amortisation_years: Option<f64>,
+    /// Electricity price in USD per kWh; without it power is not priced (there is no sourced default).
+    #[arg(long = "usd-per-kwh", value_name = "USD", requires = "buy")]
+    usd_per_kwh: Option<f64>,
+    /// Share of the hours the GPUs draw their board power, above 0 up to 1 (default 1: every hour, an upper
+    /// bound).
+    #[arg(long, value_name = "FRACTION", requires = "usd_per_kwh")]
+    utilisation: Option<f64>,
+    /// The engine to plan for (as `resolve --runtime`).
+    #[arg(long, value_enum)]
+    runtime: Option<RawRuntime>,
+    /// A price file (the schema of crates/core/profiles/prices/README.md) whose rows are added to the built-in
+    /// tables, replacing rows of the same id; repeatable.
+    #[arg(long = "prices", value_name = "FILE")]
+    prices: Vec<PathBuf>,
+    /// Count prices' ages to this day (YYYY-MM-DD) instead of today.
+    #[arg(long = "as-of", value_name = "DATE")]
+    as_of: Option<String>,
+    /// Options the table shows (yaml and json show all).
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug)]
+pub(super) struct Settings {
+    request: RecommendRequest,
+    limit: usize,
+    format: OutputFormat,
+}
+
+/// A number a flag takes: finite, above 0, and at most `max` when given.
+fn positive(flag: &str, v: Option<f64>, max: Option<f64>) -> Result<Option<f64>, Failure> {
+    match v {
+        Some(x) if !(x.is_finite() && x > 0.0 && max.is_none_or(|m| x <= m)) => Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "{flag} {x}: expected a number above 0{}",
+                max.map(|m| format!(" and at most {m}")).unwrap_or_default()
+            ),
+        )),
+        _ => Ok(v),
+    }
+}
+
+pub(super) fn settle(raw: RawRecommend) -> Result<Settings, Failure> {
+    let acquire = if raw.buy {
+        Acquire::Buy {
+            amortisation_years: positive("--amortisation-years", raw.amortisation_years, None)?,
+            usd_per_kwh: positive("--usd-per-kwh", raw.usd_per_kwh, None)?,
+            utilisation: positive("--utilisation", raw.utilisation, Some(1.0))?.unwrap_or(1.0),
+        }
+    } else {
+        Acquire::Rent
+    };
+    Ok(Settings {
+        request: RecommendRequest {
+            model: raw.model,
+            workload: raw.workload,
+            overrides: Overrides {
+                runtime: raw.runtime.map(|r| match r {
+                    RawRuntime::LlamaCpp => crate::profile::RuntimeId::LlamaCpp,
+                    RawRuntime::Vllm => crate::profile::RuntimeId::Vllm,
+                    RawRuntime::Torch => crate::profile::RuntimeId::Torch,
+                }),
+                ..Overrides::default()
+            },
+            sla_ttft_ms: positive("--sla-ttft-ms", raw.sla_ttft_ms, None)?,
+            sla_tpot_ms: positive("--sla-tpot-ms", raw.sla_tpot_ms, None)?,
+            rate_req_per_s: positive("--rate", raw.rate, None)?,
+            budget_usd_per_hour: positive("--budget", raw.budget, None)?,
+            acquire,
+            prices: raw.prices,
+            as_of: raw.as_of,
+        },
+        limit: raw.limit,
+        format: raw.format,
+    })
+}
+
+pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
+    let r = crate::app::recommend(common, &s.request)?;
+    let text = match s.format {
+        OutputFormat::Table => table(&r, s.limit),
+        f => render(&r, f)?,
+    };
+    write_stdout(&text)?;
+    if r.options.is_empty() {
+        return Err(Failure::new(
+            exit::NO_FIT,
+            anyhow::anyhow!(
+                "none of the {} priced offers fits workload {}; the output says why each lost",
+                r.priced_offers,
+                r.workload
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `12 d`, `3.2 y`: a price's age.
+fn age(days: i64) -> String {
+    if days < 365 {
+        format!("{days} d")
+    } else {
+        format!("{:.1} y", days as f64 / 365.25)
+    }
+}
+
+fn gpus(c: &Choice) -> String {
+    format!("{}x {}", c.gpus.count, c.gpus.profile)
+}
+
+/// The name an enum value has in the yaml and json output (`valid-until`, `analytic`).
+fn word<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// One option in a sentence: its offer, cost, speed and price age, and the `resolve` command for it.
+fn line(r: &Recommendation, c: &Choice) -> String {
+    format!(
+        "{} ({}, {}): {:.2} USD/h, {:.3} USD per million {} tokens, TPOT {:.1} ms, TTFT {:.0} ms ({}); price {} {} ({}), {} old, confidence {}\n    resolve -m {} -w {} {}",
+        c.price.id,
+        c.offer,
+        gpus(c),
+        c.usd_per_hour,
+        c.usd_per_million_tokens,
+        r.tokens,
+        c.time_per_output_token_ms,
+        c.time_to_first_token_ms,
+        word(c.basis),
+        c.price.usd,
+        c.price.date,
+        word(c.price.date_kind),
+        age(c.price.age_days),
+        word(c.price.confidence),
+        r.model.path,
+        r.workload,
+        c.resolve_flags
+    )
+}
+
+/// The ranking for people.
+fn table(r: &Recommendation, limit: usize) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "Model:    {} ({} {}, {:.2} B parameters, {:.2} GiB)",
+        r.model.path,
+        r.model.format,
+        r.model.architecture,
+        r.model.parameter_count as f64 / 1e9,
+        crate::units::gib(r.model.tensor_bytes)
+    );
+    let _ = writeln!(
+        t,
+        "Workload: {}; SLA: {}",
+        r.workload,
+        if r.sla.is_empty() {
+            "none".to_string()
+        } else {
+            r.sla.join(", ")
+        }
+    );
+    let _ = writeln!(
+        t,
+        "Load:     {}",
+        match r.rate_req_per_s {
+            Some(rate) => format!(
+                "{rate} requests/s: each option runs the instances its predicted throughput needs"
+            ),
+            None => "one instance at its predicted capacity (no --rate)".into(),
+        }
+    );
+    let _ = writeln!(
+        t,
+        "Prices:   {}: {} priced offers, {} distinct machines planned with resolve's planner; price ages counted to {}",
+        r.acquire, r.priced_offers, r.machines_planned, r.as_of
+    );
+    let _ = writeln!(
+        t,
+        "Result:   {} fit, {} did not (no-fit, SLA, budget or error)\n",
+        r.options.len(),
+        r.rejected.len()
+    );
+    let header = format!(
+        "{:>3}  {:<34} {:<22} {:<9} {:<42} {:>9} {:>7} {:>7} {:>6} {:<10} {:>4} {:>9} {:>9} {:>6} {:<6}",
+        "#",
+        "price id",
+        "gpus",
+        "runtime",
+        "settings",
+        "tok/s",
+        "req/s",
+        "TTFT",
+        "TPOT",
+        "basis",
+        "inst",
+        "USD/h",
+        "USD/Mtok",
+        "age",
+        "conf"
+    );
+    let _ = writeln!(t, "{}", header.trim_end());
+    for (i, c) in r.options.iter().take(limit).enumerate() {
+        let row = format!(
+            "{:>3}  {:<34} {:<22} {:<9} {:<42} {:>9.1} {:>7.3} {:>7.0} {:>6.1} {:<10} {:>4} {:>9.3} {:>9.3} {:>6} {:<6}",
+            i + 1,
+            c.price.id,
+            gpus(c),
+            c.runtime,
+            c.settings,
+            c.tokens_per_s,
+            c.requests_per_s,
+            c.time_to_first_token_ms,
+            c.time_per_output_token_ms,
+            word(c.basis),
+            c.instances,
+            c.usd_per_hour,
+            c.usd_per_million_tokens,
+            age(c.price.age_days),
+            word(c.price.confidence)
+        );
+        let _ = writeln!(t, "{}", row.trim_end());
+        if c.status != crate::emit::Status::Fits {
+            let _ = writeln!(
+                t,
+                "     ^ status {}: runs, but misses an SLA target",
+                word(c.status)
+            );
+        }
+    }
+    if r.options.len() > limit {
+        let _ = writeln!(
+            t,
+            "     ... {} more (--limit, or --format yaml)",
+            r.options.len() - limit
+        );
+    }
+    let find = |id: &Option<String>| {
+        id.as_ref()
+            .and_then(|id| r.options.iter().find(|c| &c.price.id == id))
+    };
+    t.push('\n');
+    if let Some(c) = find(&r.cheapest) {
+        let _ = writeln!(t, "Cheapest:    {}", line(r, c));
+        let _ = writeln!(t, "    throughput: {}", c.throughput_basis);
+        let _ = writeln!(t, "    cost: {}", c.cost_basis);
+        let _ = writeln!(t, "    host: {}", c.host);
+    }
+    if let Some(c) = find(&r.fewest_gpus) {
+        let _ = writeln!(t, "Fewest GPUs: {}", line(r, c));
+    }
+    if !r.pareto.is_empty() {
+        let _ = writeln!(
+            t,
+            "Pareto front (USD/h vs latency; each is faster than every cheaper option):"
+        );
+        for id in &r.pareto {
+            if let Some(c) = find(&Some(id.clone())) {
+                let _ = writeln!(
+                    t,
+                    "  {:<34} {:>9.3} USD/h  TPOT {:>6.1} ms  TTFT {:>6.0} ms  ({})",
+                    c.price.id,
+                    c.usd_per_hour,
+                    c.time_per_output_token_ms,
+                    c.time_to_first_token_ms,
+                    gpus(c)
+                );
+            }
+        }
+    }
+    if !r.cheaper_lost.is_empty() {
+        let _ = writeln!(t, "Why cheaper offers lost (nearest in price first):");
+        for l in r.cheaper_lost.iter().take(limit) {
+            let _ = writeln!(
+                t,
+                "  {:<34} {:>9.3} USD/h  {}: {}",
+                l.price_id, l.usd_per_hour, l.reason, l.detail
+            );
+        }
+        if r.cheaper_lost.len() > limit {
+            let _ = writeln!(t, "  ... {} more", r.cheaper_lost.len() - limit);
+        }
+    }
+    if r.options.is_empty() && !r.rejected.is_empty() {
+        let _ = writeln!(t, "Why every offer lost:");
+        for l in r.rejected.iter().take(limit) {
+            let _ = writeln!(
+                t,
+                "  {:<34} {:>9.3} USD/h  {}: {}",
+                l.price_id, l.usd_per_hour, l.reason, l.detail
+            );
+        }
+    }
+    for n in &r.notes {
+        let _ = writeln!(t, "note: {n}");
+    }
+    t
+}

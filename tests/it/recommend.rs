@@ -1,0 +1,364 @@
+//! `optimizer recommend` (issue 29): every priced offer planned by `resolve`'s own path, priced, ranked. The
+//! figures checked here are recomputed from the price rows and the plans' own figures (never from the code
+//! under test's intermediate values), and each top option's plan is compared with what a separate
+//! `optimizer resolve` process writes for the flags the option prints.
+
+use std::path::Path;
+
+use crate::common;
+
+use common::vllm_models;
+use optimizer::app::{self, Acquire, RecommendRequest, SettingOrigin, Sources};
+use optimizer::emit::Deployment;
+use optimizer::plan::Overrides;
+use optimizer::profile::prices;
+use optimizer_testkit::gguf_builder::LlamaShape;
+use serde_json::Value;
+
+const INVENTORY: &str = "desktop-rtx4080.yaml";
+/// The day the built-in price files were read (their README): every age is counted to it.
+const AS_OF: &str = "2026-11-27";
+
+fn request(model: &Path, workload: &str) -> RecommendRequest {
+    RecommendRequest {
+        model: model.to_path_buf(),
+        workload: workload.into(),
+        overrides: Overrides::default(),
+        sla_ttft_ms: None,
+        sla_tpot_ms: None,
+        rate_req_per_s: None,
+        budget_usd_per_hour: None,
+        acquire: Acquire::Rent,
+        prices: Vec::new(),
+        as_of: Some(AS_OF.into()),
+    }
+}
+
+fn sources(db: &Path) -> Sources {
+    Sources::new(
+        Some((
+            common::fixture("inventories").join(INVENTORY),
+            SettingOrigin::Flag,
+        )),
+        Vec::new(),
+        Some(db.to_path_buf()),
+    )
+}
+
+/// `optimizer recommend ... --format json` on the fixture inventory: the output and the exit code.
+fn recommend_json(args: &[&str]) -> (Value, i32) {
+    let out = common::bin_on(INVENTORY)
+        .args(["recommend", "--format", "json", "--as-of", AS_OF])
+        .args(args)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (v, out.status.code().unwrap_or(-1))
+}
+
+/// `optimizer resolve --format json -w W -m MODEL FLAGS` with the same inventory and database.
+fn resolve(db: &Path, model: &Path, workload: &str, flags: &str) -> Deployment {
+    let out = common::bin()
+        .arg("--inventory")
+        .arg(common::fixture("inventories").join(INVENTORY))
+        .arg("--db")
+        .arg(db)
+        .args(["resolve", "--format", "json", "-w", workload, "-m"])
+        .arg(model)
+        .args(flags.split_whitespace())
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "resolve {flags}: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The top options (the three cheapest and the fewest-GPU one) of an 8B GGUF and a 70B BF16 checkpoint are
+/// exactly the plans `resolve` writes for the hardware flags each option prints: one planner, not two.
+#[test]
+fn top_options_are_the_plans_resolve_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("none.db");
+    let (gguf, _) = common::synth(dir.path(), "llama-3.1-8b.gguf", LlamaShape::LLAMA3_8B);
+    let st = vllm_models::materialize("Llama-3.1-70B-Instruct");
+    for (model, workload) in [(gguf.as_path(), "chat"), (st.path(), "chat")] {
+        let r = app::recommend(&sources(&db), &request(model, workload)).unwrap();
+        assert!(r.options.len() >= 3, "{model:?}: {:?}", r.rejected);
+        let mut top: Vec<&app::Choice> = r.options.iter().take(3).collect();
+        top.extend(
+            r.options
+                .iter()
+                .find(|c| Some(&c.price.id) == r.fewest_gpus.as_ref()),
+        );
+        for c in top {
+            let doc = resolve(&db, model, workload, &c.resolve_flags);
+            assert_eq!(doc, *c.plan, "{} ({})", c.price.id, c.resolve_flags);
+            assert_eq!(
+                doc.performance.time_per_output_token_ms,
+                c.time_per_output_token_ms
+            );
+        }
+    }
+}
+
+/// Costs, instances and ages recomputed from the price rows and the plans' figures: instances = ceil(rate /
+/// requests per instance), USD/h = instances x the row's price, USD per million output tokens = USD/h over
+/// rate x generated tokens x 3600 s; the age is the as-of day minus the row's date. The ranking is by USD/h and
+/// the Pareto front's latencies fall as its cost rises, every other option being beaten by one of it.
+#[test]
+fn costs_instances_ages_and_the_front_follow_from_prices_and_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let rate = 10.0;
+    let (v, code) = recommend_json(&["-m", gguf.to_str().unwrap(), "-w", "chat", "--rate", "10"]);
+    assert_eq!(code, 0, "{v}");
+    let set = common::profiles();
+    let table = prices::load(&set, &[], prices::parse_date(AS_OF).unwrap()).unwrap();
+    let generated = set.workload("chat").unwrap().value.generation_tokens as f64;
+    let options = v["options"].as_array().unwrap();
+    assert!(options.len() > 10);
+    let mut last = 0.0;
+    for o in options {
+        let id = o["price"]["id"].as_str().unwrap();
+        let (row, _) = table.cloud.iter().find(|(r, _)| r.id == id).unwrap();
+        let req_s = o["requests_per_s"].as_f64().unwrap();
+        let instances = (rate / req_s).ceil();
+        assert_eq!(o["instances"].as_f64().unwrap(), instances, "{id}");
+        let usd_h = instances * row.usd_per_hour;
+        assert!(
+            (o["usd_per_hour"].as_f64().unwrap() - usd_h).abs() < 1e-9,
+            "{id}"
+        );
+        let per_m = usd_h / (rate * generated * 3600.0) * 1e6;
+        assert!(
+            (o["usd_per_million_tokens"].as_f64().unwrap() - per_m).abs() < 1e-9 * per_m.max(1.0),
+            "{id}"
+        );
+        let age = prices::parse_date(AS_OF).unwrap() - prices::parse_date(&row.date).unwrap();
+        assert_eq!(o["price"]["age_days"].as_i64().unwrap(), age, "{id}");
+        assert!(usd_h >= last, "ranked by USD/h");
+        last = usd_h;
+    }
+    // The GCP rows were published 2026-07-30: 120 days before the as-of day.
+    let gcp = options
+        .iter()
+        .find(|o| o["price"]["id"].as_str().unwrap().starts_with("gcp-"))
+        .unwrap();
+    assert_eq!(gcp["price"]["age_days"], 120);
+    let tpot = |id: &str| {
+        options.iter().find(|o| o["price"]["id"] == id).unwrap()["time_per_output_token_ms"]
+            .as_f64()
+            .unwrap()
+    };
+    let front: Vec<&str> = v["pareto"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        front.windows(2).all(|w| tpot(w[1]) < tpot(w[0])),
+        "{front:?}"
+    );
+    for o in options {
+        let (cost, lat) = (
+            o["usd_per_hour"].as_f64().unwrap(),
+            o["time_per_output_token_ms"].as_f64().unwrap(),
+        );
+        let dominated_or_on = front.iter().any(|id| {
+            let p = options.iter().find(|x| x["price"]["id"] == *id).unwrap();
+            p["usd_per_hour"].as_f64().unwrap() <= cost && tpot(id) <= lat
+        });
+        assert!(dominated_or_on, "{}", o["price"]["id"]);
+    }
+    let fewest = v["fewest_gpus"].as_str().unwrap();
+    let gpus = |o: &Value| o["gpus_total"].as_u64().unwrap();
+    let min = options.iter().map(gpus).min().unwrap();
+    assert_eq!(
+        gpus(options.iter().find(|o| o["price"]["id"] == fewest).unwrap()),
+        min
+    );
+}
+
+/// An SLA given by flag drops the plans that miss it (they are listed with the target missed); without one,
+/// a plan that misses the preset's SLA is kept and marked.
+#[test]
+fn an_sla_flag_drops_the_plans_that_miss_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let m = gguf.to_str().unwrap();
+    let (all, code) = recommend_json(&["-m", m, "-w", "chat"]);
+    assert_eq!(code, 0);
+    let limit = 15.0;
+    let slower = |v: &Value| {
+        v["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["time_per_output_token_ms"].as_f64().unwrap() > limit)
+            .count()
+    };
+    assert!(
+        slower(&all) > 0,
+        "the check needs some option slower than {limit} ms"
+    );
+    let (held, code) = recommend_json(&["-m", m, "-w", "chat", "--sla-tpot-ms", "15"]);
+    assert_eq!(code, 0);
+    assert_eq!(slower(&held), 0);
+    assert!(
+        held["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["status"] == "fits")
+    );
+    let sla = held["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["reason"] == "sla")
+        .count();
+    assert!(sla > 0, "{}", held["rejected"]);
+}
+
+/// A budget below every option: nothing is ranked, exit 3, and every offer says it lost to the budget or did not
+/// fit. Bad flag values are usage errors (exit 2).
+#[test]
+fn a_budget_below_every_option_exits_3_and_bad_flags_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let m = gguf.to_str().unwrap();
+    let (v, code) = recommend_json(&["-m", m, "-w", "chat", "--budget", "0.01"]);
+    assert_eq!(code, 3, "{v}");
+    assert!(v["options"].as_array().unwrap().is_empty());
+    assert!(
+        v["rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["reason"] == "budget")
+    );
+    for bad in [
+        &["--rate", "0"][..],
+        &["--budget", "-1"],
+        &["--sla-tpot-ms", "nan"],
+        &["--amortisation-years", "3"],
+        &["--buy", "--usd-per-kwh", "0.1", "--utilisation", "1.5"],
+        &["--rent", "--buy"],
+        &["--as-of", "2026-02-30"],
+    ] {
+        let out = common::bin_on(INVENTORY)
+            .args(["recommend", "-m", m, "-w", "chat"])
+            .args(bad)
+            .output()
+            .unwrap();
+        common::assert_exit(&out, 2);
+    }
+}
+
+/// `--prices FILE` adds rows validated like the built-in ones: a dated row is ranked with its own price and age;
+/// a row without a date, or naming no hardware profile, is invalid input (exit 4) naming the file.
+#[test]
+fn a_user_price_file_adds_rows_and_an_undated_row_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let m = gguf.to_str().unwrap();
+    let row = "  - {id: my-4090-box, provider: vast, instance: my box, region: home, pricing: on-demand, usd_per_hour: 0.01, gpus: {profile: rtx-4090, count: 1}, date: 2026-11-17, date_kind: read, confidence: low, source: https://example.org/quote, source_note: a quote}\n";
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, format!("schema_version: 1\nprices:\n{row}")).unwrap();
+    let (v, code) = recommend_json(&["-m", m, "-w", "chat", "--prices", good.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["cheapest"], "my-4090-box");
+    assert_eq!(v["options"][0]["price"]["age_days"], 10);
+    assert_eq!(v["options"][0]["price"]["file"], good.to_str().unwrap());
+    for (name, broken) in [
+        ("undated.yaml", row.replace("date: 2026-11-17, ", "")),
+        ("unknown.yaml", row.replace("rtx-4090", "rtx-9999")),
+        ("future.yaml", row.replace("2026-11-17", "2026-12-17")),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("schema_version: 1\nprices:\n{broken}")).unwrap();
+        let out = common::bin_on(INVENTORY)
+            .args([
+                "recommend",
+                "--as-of",
+                AS_OF,
+                "-m",
+                m,
+                "-w",
+                "chat",
+                "--prices",
+            ])
+            .arg(&p)
+            .output()
+            .unwrap();
+        common::assert_exit(&out, 4);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(name),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `--buy`: a purchase spread over the years given plus board power at the electricity price, recomputed from
+/// the purchase row; without an electricity price, power is left out and the output says so.
+#[test]
+fn buying_amortises_the_price_and_prices_power_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let m = gguf.to_str().unwrap();
+    let set = common::profiles();
+    let table = prices::load(&set, &[], prices::parse_date(AS_OF).unwrap()).unwrap();
+    let (row, _) = table
+        .purchase
+        .iter()
+        .find(|(r, _)| r.id == "rtx-4090-msrp")
+        .unwrap();
+    let args = ["-m", m, "-w", "chat", "--buy", "--amortisation-years", "2"];
+    let (v, code) = recommend_json(&[&args[..], &["--usd-per-kwh", "0.2"]].concat());
+    assert_eq!(code, 0, "{v}");
+    let o = v["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["price"]["id"] == "rtx-4090-msrp")
+        .unwrap();
+    let hourly = row.usd / (2.0 * 8760.0) + row.power_w.unwrap() / 1000.0 * 0.2;
+    assert!((o["usd_per_hour"].as_f64().unwrap() - hourly).abs() < 1e-12);
+    let (v, _) = recommend_json(&args);
+    let o = v["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["price"]["id"] == "rtx-4090-msrp")
+        .unwrap();
+    assert!((o["usd_per_hour"].as_f64().unwrap() - row.usd / (2.0 * 8760.0)).abs() < 1e-12);
+    assert!(v["notes"].to_string().contains("power is not priced"));
+}
+
+/// The table names the cheapest with its price's age and confidence and the `resolve` command for it.
+#[test]
+fn the_table_shows_the_cheapest_with_its_price_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let out = common::bin_on(INVENTORY)
+        .args(["recommend", "--as-of", AS_OF, "-w", "chat", "-m"])
+        .arg(&gguf)
+        .output()
+        .unwrap();
+    common::assert_exit(&out, 0);
+    let t = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "Cheapest:",
+        "Fewest GPUs:",
+        "Pareto front",
+        " old, confidence ",
+        "resolve -m ",
+    ] {
+        assert!(t.contains(needle), "{needle}\n{t}");
+    }
+}

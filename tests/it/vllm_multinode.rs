@@ -1,0 +1,223 @@
+//! vLLM across nodes (issue 28, item 4): a cluster file's identical nodes joined by its fabric, each node a
+//! pipeline stage of tensor parallel over its GPUs, launched with vLLM 0.33's multiprocessing launcher and as a
+//! Kubernetes LeaderWorkerSet.
+//!
+//! - Llama-3.1-405B in BF16 (756 GiB; [`vllm_models::materialize_bf16`] of the FP8 fixture) on two 8x H100
+//!   nodes: no node holds it, so tensor parallel 8 x pipeline parallel 2, 63 layers per node.
+//! - Llama-3.1-70B-Instruct (BF16, 131 GiB) on two nodes of 4x L4 over 40 Gbps Ethernet: tensor parallel 4 x
+//!   pipeline parallel 2.
+//!
+//! Every emitted `vllm serve` option is one the pinned parser takes (tests/fixtures/vllm/serve-flags-0.33.0.txt),
+//! and the LeaderWorkerSet manifest is one benches/kubernetes/validate.py validated offline against the pinned
+//! LWS CRD (tests/fixtures/kubernetes/lws-v0.10.0/) and the Kubernetes schema (its pod templates and Service):
+//! its SHA-256 is in tests/fixtures/kubernetes/validated.json. `OPTIMIZER_DUMP_MANIFESTS=DIR` writes the
+//! manifests for the validator.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use common::{fixture, vllm_models};
+use optimizer::emit::{Deployment, Settings, VllmSettings};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn serve_flags() -> BTreeSet<String> {
+    std::fs::read_to_string(fixture("vllm/serve-flags-0.33.0.txt"))
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect()
+}
+
+/// `optimizer resolve --format json --cluster tests/fixtures/clusters/<cluster> -m MODEL -w WORKLOAD`.
+fn resolve_cluster(cluster: &str, model: &Path, workload: &str) -> (Deployment, i32) {
+    let out = common::bin()
+        .args(["resolve", "--format", "json", "-w", workload, "--cluster"])
+        .arg(fixture("clusters").join(cluster))
+        .arg("-m")
+        .arg(model)
+        .output()
+        .unwrap();
+    let doc: Deployment = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    (doc, out.status.code().unwrap_or(-1))
+}
+
+fn vllm(d: &Deployment) -> &VllmSettings {
+    match &d.settings {
+        Settings::Vllm(s) => s,
+        other => panic!("not a vLLM plan: {other:?}"),
+    }
+}
+
+/// Every per-node command: `vllm serve`, options the pinned parser takes, the node rank and `--headless` past 0.
+fn check_argv(d: &Deployment, nodes: u32) {
+    let flags = serve_flags();
+    for rank in 0..nodes {
+        let name = if rank == 0 {
+            "vllm".to_string()
+        } else {
+            format!("vllm-node-{rank}")
+        };
+        let a = d
+            .artifact(&name)
+            .unwrap_or_else(|| panic!("no artifact {name}"));
+        assert_eq!(&a.argv[..2], ["vllm", "serve"]);
+        for o in a.argv.iter().filter(|x| x.starts_with("--")) {
+            assert!(
+                flags.contains(o),
+                "{name}: {o} is not a vLLM 0.33.0 serve option"
+            );
+        }
+        let val = |k: &str| {
+            let i = a
+                .argv
+                .iter()
+                .position(|x| x == k)
+                .unwrap_or_else(|| panic!("{name}: no {k}"));
+            a.argv[i + 1].clone()
+        };
+        assert_eq!(val("--nnodes"), nodes.to_string());
+        assert_eq!(val("--node-rank"), rank.to_string());
+        assert_eq!(val("--master-port"), "29501");
+        assert_eq!(a.argv.iter().any(|x| x == "--headless"), rank > 0, "{name}");
+    }
+}
+
+/// The LeaderWorkerSet: its fields, and its bytes validated offline (validated.json).
+fn check_lws(d: &Deployment, case: &str, nodes: u32, gpus: u32) {
+    let a = d
+        .artifact("leaderworkerset")
+        .expect("a leaderworkerset artifact");
+    let text = &a.files["vllm-lws.yaml"];
+    if let Some(dir) = std::env::var_os("OPTIMIZER_DUMP_MANIFESTS").map(PathBuf::from) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{case}.yaml")), text).unwrap();
+    }
+    let docs: Vec<Value> = text
+        .split("\n---\n")
+        .map(|t| optimizer::yaml::from_str::<Value>(t).unwrap())
+        .collect();
+    let lws = &docs[0];
+    assert_eq!(lws["apiVersion"], "leaderworkerset.x-k8s.io/v1");
+    assert_eq!(lws["kind"], "LeaderWorkerSet");
+    let t = &lws["spec"]["leaderWorkerTemplate"];
+    assert_eq!(t["size"], nodes);
+    assert_eq!(t["restartPolicy"], "RecreateGroupOnPodRestart");
+    for (role, headless) in [("leaderTemplate", false), ("workerTemplate", true)] {
+        let c = &t[role]["spec"]["containers"][0];
+        assert_eq!(
+            c["resources"]["limits"]["nvidia.com/gpu"],
+            gpus.to_string(),
+            "{role}"
+        );
+        let cmd: Vec<&str> = c["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(
+            cmd.windows(2)
+                .any(|w| w == ["--master-addr", "$(LWS_LEADER_ADDRESS)"]),
+            "{role}"
+        );
+        assert_eq!(cmd.contains(&"--headless"), headless, "{role}");
+        let shm = t[role]["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["emptyDir"]["medium"] == "Memory");
+        assert!(shm, "{role}: no memory-backed /dev/shm");
+    }
+    assert_eq!(docs[1]["kind"], "Service");
+    let recorded: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("kubernetes/validated.json")).unwrap(),
+    )
+    .unwrap();
+    let sha: String = Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if std::env::var_os("OPTIMIZER_DUMP_MANIFESTS").is_none() {
+        let r = &recorded["results"][&sha];
+        assert_eq!(
+            r["valid"], true,
+            "{case}: not validated (re-run benches/kubernetes/validate.py): {r}"
+        );
+        assert!(
+            r["kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k == "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet"),
+            "{case}: {r}"
+        );
+    }
+}
+
+#[test]
+fn llama_405b_bf16_on_two_h100_nodes_is_tensor_8_by_pipeline_2() {
+    let (_keep, dir) = vllm_models::materialize_bf16(
+        "Meta-Llama-3.1-405B-Instruct-FP8",
+        "Llama-3.1-405B-Instruct",
+    );
+    let (d, code) = resolve_cluster("h100-8x2.yaml", &dir, "chat");
+    let s = vllm(&d);
+    eprintln!("{}", serde_json::to_string_pretty(&d).unwrap());
+    assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);
+    assert_eq!(
+        (s.tensor_parallel_size, s.pipeline_parallel_size, s.nnodes),
+        (8, Some(2), Some(2))
+    );
+    assert_eq!(
+        (
+            d.topology.nodes,
+            d.topology.pipeline_parallel,
+            d.topology.data_parallel
+        ),
+        (2, 2, 1)
+    );
+    // Weights per GPU: 756 GiB over 16 GPUs is 47.3 GiB; each stage holds 63 of the 126 layers and one of the
+    // embedding and the LM head (vocabulary 128,256 x 16,384 x 2 B / 8 = 501 MiB each).
+    let m = &d.memory.devices[0].components;
+    let w = m.weights_bytes as f64 / GIB;
+    assert!((47.0..48.5).contains(&w), "weights per GPU {w:.2} GiB");
+    assert!(
+        m.kv_cache_bytes > 0
+            && d.memory.devices[0].total_bytes <= d.memory.devices[0].capacity_bytes
+    );
+    check_argv(&d, 2);
+    assert!(
+        d.artifact("vllm")
+            .unwrap()
+            .argv
+            .windows(2)
+            .any(|w| w == ["--pipeline-parallel-size", "2"])
+    );
+    check_lws(&d, "vllm-lws_llama-405b-bf16_h100-8x2_chat", 2, 8);
+}
+
+#[test]
+fn llama_70b_on_two_nodes_of_four_l4_is_tensor_4_by_pipeline_2() {
+    let written = vllm_models::materialize("Llama-3.1-70B-Instruct");
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("Llama-3.1-70B-Instruct");
+    std::fs::rename(written.path(), &dir).unwrap();
+    let (d, code) = resolve_cluster("l4-4x2.yaml", &dir, "chat");
+    eprintln!("{}", serde_json::to_string_pretty(&d).unwrap());
+    assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);
+    let s = vllm(&d);
+    assert_eq!(
+        (s.tensor_parallel_size, s.pipeline_parallel_size),
+        (4, Some(2))
+    );
+    check_argv(&d, 2);
+    check_lws(&d, "vllm-lws_llama-70b_l4-4x2_chat", 2, 4);
+}
