@@ -126,7 +126,7 @@ fn m(a: u64, b: u64) -> Result<u64, VllmMemoryError> {
 }
 
 /// Per-token elements of the largest layer intermediate on one rank.
-fn layer_elems_per_token(model: &ModelSpec, tp: u64) -> Result<u64, VllmMemoryError> {
+pub(super) fn layer_elems_per_token(model: &ModelSpec, tp: u64) -> Result<u64, VllmMemoryError> {
     let h = &model.hparams;
     let heads = h.head_count.as_ref().map(|x| x.max()).unwrap_or(0);
     let kvh = h.head_count_kv.as_ref().map(|x| x.max()).unwrap_or(heads);

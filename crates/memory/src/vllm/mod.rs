@@ -22,7 +22,7 @@
 //! fitted in [`activation`], and the CUDA graphs, which vLLM measures on the device, with the bound of the
 //! captures seen in [`graphs`]. The plan spends that bound where vLLM spends its own estimate (in
 //! [`available_kv_bytes`] as in the plan's total), so the KV cache it predicts vLLM would size at a given
-//! utilization errs low by the bound's excess over the real capture (0.1-0.27 GiB on the public V2 logs),
+//! utilization errs low by the bound's excess over the real capture (0.005-0.29 GiB on the public V2 logs),
 //! while the pinned cache never falls short of the capture that follows it. Trade-off: one
 //! multiplicative fit over a structural count of the largest intermediates, so the model stays explainable
 //! per term at the price of a few percent on activation-heavy configurations.
@@ -44,7 +44,9 @@ pub use comm::{
     symm_mem_buffer_bytes, tp_buffers,
 };
 pub use graphs::{
-    CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, DEFAULT_MAX_GRAPH_SIZE, capture_sizes, cuda_graph_bytes,
+    BLACKWELL_DC_MAX_GRAPH_SIZE, CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, CapturePlan, CudaGraphBytes,
+    CudaGraphMode, DEFAULT_MAX_GRAPH_SIZE, capture_plan, capture_sizes, capture_sizes_for,
+    cuda_graph_breakdown, cuda_graph_bytes, default_max_graph_size,
 };
 pub use kv::{MAX_CONCURRENT_BATCHES, enough};
 pub use weights::{Split, VOCAB_PADDING, kv_heads_per_rank, pad_vocab, split_of};
@@ -189,7 +191,8 @@ pub struct NonKv {
     /// The model runner's persistent sampler buffers (penalty bins, the Triton kernel's rows): torch memory
     /// allocated after the snapshot, inside the requested budget.
     pub runner_buffers_bytes: u64,
-    /// The CUDA graphs' memory, bounded by the largest V2 capture seen ([`graphs`]): what
+    /// The CUDA graphs' memory ([`graphs`]: the graphs counted from the source, their pool and warm-up from the
+    /// model's shapes, the driver's share per graph and layer bounded by the V2 captures seen): what
     /// `profile_cudagraph_memory` estimates and `capture_model` then takes; 0 with `--enforce-eager`.
     pub cuda_graph_bytes: u64,
     /// The sampler path the peak and the buffers were counted for.
@@ -340,7 +343,7 @@ pub fn non_kv(model: &ModelSpec, p: &Params) -> Result<NonKv, VllmMemoryError> {
     let cuda_graph_bytes = if p.enforce_eager {
         0
     } else {
-        graphs::cuda_graph_bytes(model, p, DEFAULT_MAX_GRAPH_SIZE)?
+        graphs::cuda_graph_bytes(model, p, graphs::default_max_graph_size(&p.gpu))?
     };
     Ok(NonKv {
         weights,
