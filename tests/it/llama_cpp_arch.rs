@@ -34,11 +34,6 @@ const KNOWN: &[(&str, &str, &str)] = &[
         "compute",
         "1 of 12 rows, 15.6 % under (-c 32768, q4_0 KV: 136.00 vs 161.18 MiB): the allocator trace puts the last layer's ffn_out, hence the final state, in the freed up activation's slot above the residual instead of at the bottom; the replay of compute_dense.rs starts from exaone4's layout only",
     ),
-    (
-        "gemma-4-e2b-it",
-        "compute",
-        "6 of 13 rows, up to 126 MiB under at 131072 (521.00 vs 647.02 MiB): the allocator trace puts the final state in the freed ffn_up slot above the per-layer-embedding input (inp_per_layer, n_layer x 256 per token, live to the last layer), which the output phase does not model",
-    ),
 ];
 
 fn read(name: &str) -> Value {

@@ -13,14 +13,14 @@
 //! latent-width tensors, not as a simulation of the allocator's free list.
 //!
 //! In a mixture of experts the logits sit on the last layer's stack (`compute_moe`), after exaone4's post-norm
-//! feed-forward where its replay puts the final state (`compute_dense`), and above the kept final state where a
-//! NextN head keeps it ([`KEEPS_NEXTN_STATE`]); Mamba-2 layers have their own peak (`compute_ssm`). Trade-off:
+//! feed-forward and Gemma 4's last layer (with flash attention) where their replays put the final state
+//! (`compute_dense`), and above the kept final state where a NextN head keeps it ([`KEEPS_NEXTN_STATE`]); Mamba-2 layers have their own peak (`compute_ssm`). Trade-off:
 //! these are the allocator's layouts read off its trace and written as stacks, so fragmentation a stack does not
 //! describe (ERNIE without flash attention at 4 sequences, 6.5 % under) is not modelled.
 
 use serde::Serialize;
 
-use super::compute_dense::DenseOutput;
+use super::compute_dense::{DenseOutput, LastLayerInputs, PleOutput};
 use super::compute_moe::MoeOutput;
 use super::compute_ssm::Mamba2Widths;
 use super::error::{ParamError, add, mul, product};
@@ -46,12 +46,50 @@ const W: &str = "compute buffer";
 /// defaults to false, llama-context.cpp L120). `llm_graph_result::set_outputs` flags `t_h_nextn` as an output
 /// (llama-graph.cpp L1377), which ggml-alloc never frees, so the state and its row selection (a full copy: the
 /// reserve graph outputs every token) both sit under the logits. The mixture-of-experts architectures that do the
-/// same are covered by `compute_moe`'s traced layouts.
+/// same are covered by `compute_moe`'s traced layouts; Gemma 4 with flash attention by the replay of its last
+/// layer (`compute_dense::PleOutput`), which places the kept state where the allocator does.
 const KEEPS_NEXTN_STATE: &[&str] = &["gemma4", "nemotron_h", "qwen35"];
 
 /// Rows under the logits where the normed final state is kept ([`KEEPS_NEXTN_STATE`]): the embedding input (never
 /// freed), the kept state and its row selection.
 const NEXTN_ROWS: u64 = 3;
+
+/// The Hadamard rotations a quantized KV cache applies (llama-kv-cache.cpp, constructor: `attn_rot_k` when the K
+/// type is quantized and `n_embd_head_k() % 64 == 0`, `attn_rot_v` likewise for V), each a graph input per cache:
+/// `build_input_k_rot` an f32 `nrot x nrot` matrix, `nrot` the largest power of two from 64 dividing the cache's
+/// head size; `build_input_v_rot` an f32 64 x 64 one.
+#[derive(Debug, Clone, Copy)]
+struct Rotations {
+    k: bool,
+    v: bool,
+}
+
+impl Rotations {
+    fn of(h: &optimizer_model::Hparams, params: &Params) -> Self {
+        let by64 = |n: Option<u64>| n.is_some_and(|n| n > 0 && n % 64 == 0);
+        Rotations {
+            k: params.type_k.is_quantized() && by64(h.key_length),
+            v: params.type_v.is_quantized() && by64(h.value_length.or(h.key_length)),
+        }
+    }
+
+    /// Bytes of one cache's rotation inputs, `head` its K head size.
+    fn bytes(&self, head: Option<u64>) -> Result<u64, ParamError> {
+        let k = match head {
+            Some(h) if self.k && h > 0 => {
+                let nrot = 1u64 << h.trailing_zeros();
+                product(W, &[nrot, nrot, F32])?
+            }
+            _ => 0,
+        };
+        let v = if self.v {
+            product(W, &[64, 64, F32])?
+        } else {
+            0
+        };
+        add(W, k, v)
+    }
+}
 
 /// Bytes under the logits for [`KEEPS_NEXTN_STATE`], with `row` one f32 `n_embd` row of the micro-batch and
 /// `input_hole` the bytes of the inputs the last attention frees at the bottom of the buffer, right above the
@@ -332,8 +370,32 @@ impl ComputeTerms {
         ]
         .into_iter()
         .try_fold(mask, |a, b| add(W, a, b))?;
+        // Gemma 4's last layer, replayed on the allocator's free list from the inputs still allocated at its
+        // start: the ids, what the sliding-window cache and the full cache's indices left, the full mask.
+        let ple_output = match PleOutput::of(model) {
+            Some(p) if r.flash_attn && attends && any_full => {
+                let rot = Rotations::of(h, params);
+                let (full_rot, swa_rot) = (
+                    rot.bytes(h.key_length)?,
+                    match r.swa_cells {
+                        Some(_) => rot.bytes(h.key_length_swa.or(h.key_length))?,
+                        None => 0,
+                    },
+                );
+                let inputs = LastLayerInputs {
+                    ids: mul(W, t, I32)?,
+                    swa_hole: [swa_rot, product(W, &[2, caches, t, I64])?]
+                        .into_iter()
+                        .try_fold(swa_mask, |a, b| add(W, a, b))?,
+                    attn: add(W, mask, full_rot)?,
+                };
+                Some(p.under_logits(row, t, inputs, (rot.k, rot.v))?)
+            }
+            _ => None,
+        };
         let moe_under_logits = match MoeOutput::of(model) {
             Some(m) => m.under_logits(row, t, input_hole)?,
+            None if ple_output.is_some() => ple_output,
             None if KEEPS_NEXTN_STATE.contains(&arch) => Some(nextn_under_logits(row, input_hole)?),
             None => match DenseOutput::of(model) {
                 Some(d) => Some(d.under_logits(row, t, input_hole)?),
