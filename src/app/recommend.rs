@@ -3,6 +3,10 @@
 //! [`resolve_loaded`], the same code path `resolve --hardware` takes; the plans that fit are priced and ranked.
 //! Nothing here predicts speed or memory itself: every figure is the plan's, or arithmetic on the plan's figures
 //! and the price row's, and each option says which (`cost_basis`, `throughput_basis`, the price's date and age).
+//! With `owned`, the machine of `--inventory` (or this one, probed) is one more option at no rent and no
+//! purchase (power only, with `--usd-per-kwh` and the probed power limits), planned as plain `resolve` plans it:
+//! it answers "do I need anything new?". Trade-off: the owned machine counts as one instance only (you have one),
+//! so a `--rate` it cannot serve alone rejects it (`capacity`) rather than mixing it with rented instances.
 //! May touch: the model file, the profiles, the store (through `resolve`), the price files given.
 
 use serde::Serialize;
@@ -55,6 +59,8 @@ pub struct RecommendRequest {
     pub prices: Vec<PathBuf>,
     /// The day prices' ages are counted to (`YYYY-MM-DD`); `None`: today by the clock.
     pub as_of: Option<String>,
+    /// Include the machine of `--inventory` (or this one, probed) at zero rent or purchase cost.
+    pub owned: bool,
 }
 
 /// The price an option rests on, with its age.
@@ -76,6 +82,10 @@ pub struct PriceRef {
 /// One option that fits, priced.
 #[derive(Debug, Clone, Serialize)]
 pub struct Choice {
+    /// The price row's id, or [`prices::OWNED_ID`].
+    pub id: String,
+    /// The machine of `--inventory` (or this one): no rent, no purchase.
+    pub owned: bool,
     /// The offer: provider, instance, region and pricing (rent), or the item bought.
     pub offer: String,
     pub gpus: PriceGpus,
@@ -110,7 +120,9 @@ pub struct Choice {
     /// USD per million tokens at that load.
     pub usd_per_million_tokens: f64,
     pub cost_basis: String,
-    pub price: PriceRef,
+    /// The price row (none for the owned machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price: Option<PriceRef>,
     /// The plan, as `resolve` writes it.
     #[serde(skip)]
     pub plan: Box<Deployment>,
@@ -120,11 +132,14 @@ pub struct Choice {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rejected {
     pub price_id: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub owned: bool,
     pub offer: String,
     pub gpus: PriceGpus,
     /// USD per hour of one instance.
     pub usd_per_hour: f64,
-    /// `no-fit`, `sla`, `workload-unmet`, `budget`, `throughput` (ranked, but more instances cost more), `error`.
+    /// `no-fit`, `sla`, `workload-unmet`, `budget`, `throughput` (ranked, but more instances cost more),
+    /// `capacity` (the owned machine alone serves less than the rate), `error`.
     pub reason: String,
     pub detail: String,
 }
@@ -155,6 +170,9 @@ pub struct Recommendation {
     /// Offers cheaper per instance than the cheapest option's instance, nearest in price first, and why each lost.
     pub cheaper_lost: Vec<Rejected>,
     pub rejected: Vec<Rejected>,
+    /// With `owned`: whether the owned machine does the job, or what it lacks and the cheapest new option.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owned: Option<String>,
     pub notes: Vec<String>,
 }
 
@@ -227,7 +245,10 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
         invalid_profiles(d).hint("crates/core/profiles/prices/README.md describes the price files")
     })?;
     let mut notes = Vec::new();
-    let offers = offers(&table, req.acquire, today, &mut notes)?;
+    let mut offers = offers(&table, req.acquire, today, &mut notes)?;
+    if req.owned {
+        offers.insert(0, offers::owned(sources, req.acquire)?);
+    }
     let tokens = if training {
         "trained"
     } else if workload.generation_tokens == 0 {
@@ -242,7 +263,7 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
     let mut rejected = Vec::new();
     for o in &offers {
         let hardware = Hardware {
-            gpus: Some(match &o.node_profile {
+            gpus: (!o.owned).then(|| match &o.node_profile {
                 Some(n) => (1, n.clone()),
                 None => (o.gpus.count, o.gpus.profile.clone()),
             }),
@@ -264,7 +285,8 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
             }
         };
         let reject = |reason: &str, detail: String| Rejected {
-            price_id: o.price.id.clone(),
+            price_id: o.id.clone(),
+            owned: o.owned,
             offer: o.offer.clone(),
             gpus: o.gpus.clone(),
             usd_per_hour: o.usd_per_hour,
@@ -308,6 +330,17 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
             Some(rate) => (rate / t.requests_per_s).ceil().max(1.0) as u64,
             None => 1,
         };
+        if o.owned && instances > 1 {
+            rejected.push(reject(
+                "capacity",
+                format!(
+                    "it serves {:.3} req/s of the {} asked: {instances} such machines would be needed",
+                    t.requests_per_s,
+                    req.rate_req_per_s.unwrap_or_default()
+                ),
+            ));
+            continue;
+        }
         let usd_per_hour = instances as f64 * o.usd_per_hour;
         if let Some(b) = req.budget_usd_per_hour.filter(|b| usd_per_hour > *b) {
             rejected.push(reject(
@@ -327,8 +360,14 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
             None => "one instance at its capacity".to_string(),
         };
         options.push(Choice {
+            id: o.id.clone(),
+            owned: o.owned,
             offer: o.offer.clone(),
-            gpus: o.gpus.clone(),
+            gpus: if o.owned {
+                offers::owned_gpus(doc)
+            } else {
+                o.gpus.clone()
+            },
             node_profile: o.node_profile.clone(),
             host: o.host_basis.clone(),
             resolve_flags: resolve_flags(&plans[i].0),
@@ -373,7 +412,7 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
                 a.usd_per_million_tokens
                     .total_cmp(&b.usd_per_million_tokens),
             )
-            .then(a.price.id.cmp(&b.price.id))
+            .then(a.id.cmp(&b.id))
     });
     rejected.sort_by(|a, b| {
         a.usd_per_hour
@@ -394,14 +433,14 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
                 .cmp(&b.gpus_total)
                 .then(a.usd_per_hour.total_cmp(&b.usd_per_hour))
         })
-        .map(|c| c.price.id.clone());
+        .map(|c| c.id.clone());
     let mut pareto = Vec::new();
     let mut best_latency = f64::INFINITY;
     for c in &options {
         let l = latency_ms(c, training);
         if l < best_latency {
             best_latency = l;
-            pareto.push(c.price.id.clone());
+            pareto.push(c.id.clone());
         }
     }
     if options.iter().any(|c| c.status == Status::SlaMissed) {
@@ -410,6 +449,9 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
                 .into(),
         );
     }
+    let owned = req
+        .owned
+        .then(|| owned_verdict(&options, &rejected, cheapest.filter(|c| !c.owned)));
     Ok(Recommendation {
         model: crate::emit::ModelRef {
             path: req.model.display().to_string(),
@@ -430,14 +472,54 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
         tokens,
         priced_offers: offers.len(),
         machines_planned: plans.len(),
-        cheapest: cheapest.map(|c| c.price.id.clone()),
+        cheapest: cheapest.map(|c| c.id.clone()),
         fewest_gpus,
         pareto,
         cheaper_lost,
         options,
         rejected,
+        owned,
         notes,
     })
+}
+
+/// "Do I need anything new?": the owned machine's option or rejection in a sentence, with the cheapest new
+/// option when the owned one does not meet every target.
+fn owned_verdict(
+    options: &[Choice],
+    rejected: &[Rejected],
+    cheapest_new: Option<&Choice>,
+) -> String {
+    let new = |what: &str| match options
+        .iter()
+        .find(|c| !c.owned && c.status == Status::Fits)
+        .or(cheapest_new)
+    {
+        Some(c) => format!(
+            "{what}; the cheapest new option is {} at {:.3} USD/h",
+            c.id, c.usd_per_hour
+        ),
+        None => format!("{what}; no priced offer does either"),
+    };
+    if let Some(c) = options.iter().find(|c| c.owned) {
+        return match c.status {
+            Status::Fits => format!(
+                "nothing new is needed: the owned machine runs it and meets every target ({:.3} req/s, TPOT {:.1} ms, TTFT {:.0} ms)",
+                c.requests_per_s, c.time_per_output_token_ms, c.time_to_first_token_ms
+            ),
+            _ => new(&format!(
+                "the owned machine runs it but misses the SLA ({})",
+                missed(&c.plan)
+            )),
+        };
+    }
+    match rejected.iter().find(|r| r.owned) {
+        Some(r) => new(&format!(
+            "the owned machine does not do it ({}: {})",
+            r.reason, r.detail
+        )),
+        None => new("the owned machine was not planned"),
+    }
 }
 
 /// What one instance sustains, from the plan's figures.
@@ -519,12 +601,16 @@ fn replicas(doc: &Deployment) -> u32 {
 }
 
 /// The latency an option is ranked on in the Pareto front: time per output token (serving), time to first
-/// token (embedding), step time (training).
+/// token (embedding), time per trained token (training: the inverse of its trained tokens per second, so
+/// plans with different micro-batches compare by how soon they finish the same data, which a step time of
+/// different sizes would not).
 fn latency_ms(c: &Choice, training: bool) -> f64 {
-    match &c.plan.performance.training {
-        Some(t) if training => t.step_time_ms,
-        _ if c.time_per_output_token_ms > 0.0 => c.time_per_output_token_ms,
-        _ => c.time_to_first_token_ms,
+    if training {
+        1e3 / c.tokens_per_s
+    } else if c.time_per_output_token_ms > 0.0 {
+        c.time_per_output_token_ms
+    } else {
+        c.time_to_first_token_ms
     }
 }
 
@@ -550,11 +636,10 @@ fn cheaper_lost(best: &Choice, options: &[Choice], rejected: &[Rejected]) -> Vec
         .chain(
             options
                 .iter()
-                .filter(|c| {
-                    c.price.id != best.price.id && c.usd_per_hour / (c.instances as f64) < unit
-                })
+                .filter(|c| c.id != best.id && c.usd_per_hour / (c.instances as f64) < unit)
                 .map(|c| Rejected {
-                    price_id: c.price.id.clone(),
+                    price_id: c.id.clone(),
+                    owned: c.owned,
                     offer: c.offer.clone(),
                     gpus: c.gpus.clone(),
                     usd_per_hour: c.usd_per_hour / c.instances as f64,

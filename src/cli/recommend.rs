@@ -56,6 +56,10 @@ pub(super) struct RawRecommend {
     /// tables, replacing rows of the same id; repeatable.
     #[arg(long = "prices", value_name = "FILE")]
     prices: Vec<PathBuf>,
+    /// Include the machine you have (the `--inventory` file, or this machine as probed) at no rent or purchase
+    /// cost: "do I need anything new?".
+    #[arg(long)]
+    owned: bool,
     /// Count prices' ages to this day (YYYY-MM-DD) instead of today.
     #[arg(long = "as-of", value_name = "DATE")]
     as_of: Option<String>,
@@ -116,6 +120,7 @@ pub(super) fn settle(raw: RawRecommend) -> Result<Settings, Failure> {
             acquire,
             prices: raw.prices,
             as_of: raw.as_of,
+            owned: raw.owned,
         },
         limit: raw.limit,
         format: raw.format,
@@ -163,28 +168,60 @@ fn word<T: serde::Serialize>(v: T) -> String {
         .unwrap_or_default()
 }
 
+/// A price in words: `price 0.081 2024-04-09 (published), 2.6 y old, confidence low`, or the owned machine's.
+fn price_words(c: &Choice) -> String {
+    match &c.price {
+        Some(p) => format!(
+            "price {} {} ({}), {} old, confidence {}",
+            p.usd,
+            p.date,
+            word(p.date_kind),
+            age(p.age_days),
+            word(p.confidence)
+        ),
+        None => "owned: no rent or purchase".into(),
+    }
+}
+
+/// Minutes one instance takes to train a million tokens at the plan's trained tokens per second.
+fn minutes_per_million(c: &Choice) -> f64 {
+    1e6 / c.tokens_per_s / 60.0
+}
+
+/// An option's speed in words: step time and minutes per million trained tokens (training), else TPOT and TTFT.
+fn speed_words(c: &Choice) -> String {
+    match &c.plan.performance.training {
+        Some(t) => format!(
+            "step {:.0} ms, {:.1} min per million trained tokens",
+            t.step_time_ms,
+            minutes_per_million(c)
+        ),
+        None => format!(
+            "TPOT {:.1} ms, TTFT {:.0} ms",
+            c.time_per_output_token_ms, c.time_to_first_token_ms
+        ),
+    }
+}
+
 /// One option in a sentence: its offer, cost, speed and price age, and the `resolve` command for it.
 fn line(r: &Recommendation, c: &Choice) -> String {
     format!(
-        "{} ({}, {}): {:.2} USD/h, {:.3} USD per million {} tokens, TPOT {:.1} ms, TTFT {:.0} ms ({}); price {} {} ({}), {} old, confidence {}\n    resolve -m {} -w {} {}",
-        c.price.id,
+        "{} ({}, {}): {:.2} USD/h, {:.3} USD per million {} tokens, {} ({}); {}\n    resolve -m {} -w {} {}",
+        c.id,
         c.offer,
         gpus(c),
         c.usd_per_hour,
         c.usd_per_million_tokens,
         r.tokens,
-        c.time_per_output_token_ms,
-        c.time_to_first_token_ms,
+        speed_words(c),
         word(c.basis),
-        c.price.usd,
-        c.price.date,
-        word(c.price.date_kind),
-        age(c.price.age_days),
-        word(c.price.confidence),
+        price_words(c),
         r.model.path,
         r.workload,
         c.resolve_flags
     )
+    .trim_end()
+    .to_string()
 }
 
 /// The ranking for people.
@@ -230,6 +267,13 @@ fn table(r: &Recommendation, limit: usize) -> String {
         r.options.len(),
         r.rejected.len()
     );
+    // Training: the step time (ms) and minutes per million trained tokens stand where serving has TTFT and TPOT.
+    let training = r.tokens == "trained";
+    let (first, second) = if training {
+        ("step", "min/Mt")
+    } else {
+        ("TTFT", "TPOT")
+    };
     let header = format!(
         "{:>3}  {:<34} {:<22} {:<9} {:<42} {:>9} {:>7} {:>7} {:>6} {:<10} {:>4} {:>9} {:>9} {:>6} {:<6}",
         "#",
@@ -239,8 +283,8 @@ fn table(r: &Recommendation, limit: usize) -> String {
         "settings",
         "tok/s",
         "req/s",
-        "TTFT",
-        "TPOT",
+        first,
+        second,
         "basis",
         "inst",
         "USD/h",
@@ -250,25 +294,35 @@ fn table(r: &Recommendation, limit: usize) -> String {
     );
     let _ = writeln!(t, "{}", header.trim_end());
     for (i, c) in r.options.iter().take(limit).enumerate() {
+        let (a, b) = match &c.plan.performance.training {
+            Some(t) => (t.step_time_ms, format!("{:.1}", minutes_per_million(c))),
+            None => (
+                c.time_to_first_token_ms,
+                format!("{:.1}", c.time_per_output_token_ms),
+            ),
+        };
         let row = format!(
-            "{:>3}  {:<34} {:<22} {:<9} {:<42} {:>9.1} {:>7.3} {:>7.0} {:>6.1} {:<10} {:>4} {:>9.3} {:>9.3} {:>6} {:<6}",
+            "{:>3}  {:<34} {:<22} {:<9} {:<42} {:>9.1} {:>7.3} {:>7.0} {:>6} {:<10} {:>4} {:>9.3} {:>9.3} {:>6} {:<6}",
             i + 1,
-            c.price.id,
+            c.id,
             gpus(c),
             c.runtime,
             c.settings,
             c.tokens_per_s,
             c.requests_per_s,
-            c.time_to_first_token_ms,
-            c.time_per_output_token_ms,
+            a,
+            b,
             word(c.basis),
             c.instances,
             c.usd_per_hour,
             c.usd_per_million_tokens,
-            age(c.price.age_days),
-            word(c.price.confidence)
+            c.price.as_ref().map_or("-".into(), |p| age(p.age_days)),
+            c.price.as_ref().map_or("-".into(), |p| word(p.confidence))
         );
         let _ = writeln!(t, "{}", row.trim_end());
+        if c.owned {
+            let _ = writeln!(t, "     ^ owned: {}", c.offer.trim_start_matches("owned: "));
+        }
         if c.status != crate::emit::Status::Fits {
             let _ = writeln!(
                 t,
@@ -286,9 +340,12 @@ fn table(r: &Recommendation, limit: usize) -> String {
     }
     let find = |id: &Option<String>| {
         id.as_ref()
-            .and_then(|id| r.options.iter().find(|c| &c.price.id == id))
+            .and_then(|id| r.options.iter().find(|c| &c.id == id))
     };
     t.push('\n');
+    if let Some(o) = &r.owned {
+        let _ = writeln!(t, "Owned:       {o}");
+    }
     if let Some(c) = find(&r.cheapest) {
         let _ = writeln!(t, "Cheapest:    {}", line(r, c));
         let _ = writeln!(t, "    throughput: {}", c.throughput_basis);
@@ -301,17 +358,21 @@ fn table(r: &Recommendation, limit: usize) -> String {
     if !r.pareto.is_empty() {
         let _ = writeln!(
             t,
-            "Pareto front (USD/h vs latency; each is faster than every cheaper option):"
+            "Pareto front (USD/h vs {}; each is faster than every cheaper option):",
+            if training {
+                "time per trained token"
+            } else {
+                "latency"
+            }
         );
         for id in &r.pareto {
             if let Some(c) = find(&Some(id.clone())) {
                 let _ = writeln!(
                     t,
-                    "  {:<34} {:>9.3} USD/h  TPOT {:>6.1} ms  TTFT {:>6.0} ms  ({})",
-                    c.price.id,
+                    "  {:<34} {:>9.3} USD/h  {}  ({})",
+                    c.id,
                     c.usd_per_hour,
-                    c.time_per_output_token_ms,
-                    c.time_to_first_token_ms,
+                    speed_words(c),
                     gpus(c)
                 );
             }

@@ -31,6 +31,7 @@ fn request(model: &Path, workload: &str) -> RecommendRequest {
         acquire: Acquire::Rent,
         prices: Vec::new(),
         as_of: Some(AS_OF.into()),
+        owned: false,
     }
 }
 
@@ -76,31 +77,133 @@ fn resolve(db: &Path, model: &Path, workload: &str, flags: &str) -> Deployment {
     })
 }
 
-/// The top options (the three cheapest and the fewest-GPU one) of an 8B GGUF and a 70B BF16 checkpoint are
-/// exactly the plans `resolve` writes for the hardware flags each option prints: one planner, not two.
+/// The Mixtral 8x7B Q4_K_M GGUF of the test kit (`tests/fixtures/llama-cpp/models.json`: its real header, the
+/// data a sparse hole), written to `dir`.
+fn mixtral(dir: &Path) -> std::path::PathBuf {
+    let json: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture("llama-cpp/models.json")).unwrap(),
+    )
+    .unwrap();
+    let path = dir.join("Mixtral-8x7B-Q4_K_M.gguf");
+    common::build(&json["models"]["mixtral-8x7b-q4_k_m"], &path);
+    path
+}
+
+/// The four "Done means" cases: (name, model, workload, rate). The directories hold the models.
+type Case = (&'static str, std::path::PathBuf, &'static str, Option<f64>);
+fn done_means_cases(dir: &Path) -> (Vec<Case>, Vec<tempfile::TempDir>) {
+    let (gguf, _) = common::synth(dir, "Llama-3.1-8B-Q4_K_M.gguf", LlamaShape::LLAMA3_8B);
+    let m70 = vllm_models::materialize("Llama-3.1-70B-Instruct");
+    let m8 = vllm_models::materialize("Llama-3.1-8B");
+    let cases = vec![
+        ("Llama-3.1-8B Q4_K_M GGUF, chat", gguf, "chat", None),
+        (
+            "Llama-3.1-70B-Instruct BF16, chat at 10 req/s",
+            m70.path().to_path_buf(),
+            "chat",
+            Some(10.0),
+        ),
+        (
+            "Llama-3.1-8B BF16, LoRA fine-tune",
+            m8.path().to_path_buf(),
+            "fine-tune-lora",
+            None,
+        ),
+        (
+            "Mixtral 8x7B Q4_K_M GGUF, batch inference",
+            mixtral(dir),
+            "batch-inference",
+            None,
+        ),
+    ];
+    (cases, vec![m70, m8])
+}
+
+/// The top options (the three cheapest and the fewest-GPU one) of the four cases (an 8B GGUF chat, the
+/// 70B BF16 checkpoint at 10 req/s, a LoRA fine-tune of the 8B checkpoint, a Mixtral batch job) are exactly the
+/// plans `resolve` writes for the hardware flags each option prints: one planner, not two. The fine-tune is
+/// planned by the torch runtime, and its options are ranked by trained tokens.
 #[test]
 fn top_options_are_the_plans_resolve_writes() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("none.db");
-    let (gguf, _) = common::synth(dir.path(), "llama-3.1-8b.gguf", LlamaShape::LLAMA3_8B);
-    let st = vllm_models::materialize("Llama-3.1-70B-Instruct");
-    for (model, workload) in [(gguf.as_path(), "chat"), (st.path(), "chat")] {
-        let r = app::recommend(&sources(&db), &request(model, workload)).unwrap();
-        assert!(r.options.len() >= 3, "{model:?}: {:?}", r.rejected);
+    let (cases, _keep) = done_means_cases(dir.path());
+    for (name, model, workload, rate) in &cases {
+        let mut req = request(model, workload);
+        req.rate_req_per_s = *rate;
+        let r = app::recommend(&sources(&db), &req).unwrap();
+        assert!(r.options.len() >= 3, "{name}: {:?}", r.rejected);
+        if *workload == "fine-tune-lora" {
+            assert_eq!(r.tokens, "trained", "{name}");
+            assert!(r.options.iter().all(|c| c.runtime == "torch"), "{name}");
+            assert!(
+                r.options.iter().all(|c| c.settings.starts_with("lora ")),
+                "{name}"
+            );
+            // The front of a training ranking is by time per trained token: each entry trains faster.
+            let speed = |id: &String| r.options.iter().find(|c| &c.id == id).unwrap().tokens_per_s;
+            assert!(r.pareto.len() > 1, "{name}");
+            assert!(
+                r.pareto.windows(2).all(|w| speed(&w[1]) > speed(&w[0])),
+                "{name}: {:?}",
+                r.pareto
+            );
+        }
         let mut top: Vec<&app::Choice> = r.options.iter().take(3).collect();
         top.extend(
             r.options
                 .iter()
-                .find(|c| Some(&c.price.id) == r.fewest_gpus.as_ref()),
+                .find(|c| Some(&c.id) == r.fewest_gpus.as_ref()),
         );
         for c in top {
             let doc = resolve(&db, model, workload, &c.resolve_flags);
-            assert_eq!(doc, *c.plan, "{} ({})", c.price.id, c.resolve_flags);
+            assert_eq!(doc, *c.plan, "{name}: {} ({})", c.id, c.resolve_flags);
             assert_eq!(
                 doc.performance.time_per_output_token_ms,
                 c.time_per_output_token_ms
             );
         }
+    }
+}
+
+/// The four "Done means" tables of docs/recommend.md (not a check):
+/// `cargo test --test it recommend::done_means_tables -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn done_means_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cases, _keep) = done_means_cases(dir.path());
+    for (name, model, workload, rate) in &cases {
+        // Relative names in the output: each model is linked under its own name in the temporary directory.
+        let link = match model.extension() {
+            Some(_) => model.file_name().unwrap().to_os_string(),
+            None => name.split(' ').next().unwrap().to_string().into(),
+        };
+        if !dir.path().join(&link).exists() {
+            std::os::unix::fs::symlink(model, dir.path().join(&link)).unwrap();
+        }
+        let mut c = common::bin_on(INVENTORY);
+        c.current_dir(dir.path())
+            .args([
+                "recommend",
+                "--as-of",
+                AS_OF,
+                "--limit",
+                "5",
+                "-w",
+                workload,
+                "-m",
+            ])
+            .arg(&link);
+        if let Some(r) = rate {
+            c.args(["--rate", &r.to_string()]);
+        }
+        let out = c.output().unwrap();
+        println!(
+            "### {name}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -360,5 +463,215 @@ fn the_table_shows_the_cheapest_with_its_price_age() {
         "resolve -m ",
     ] {
         assert!(t.contains(needle), "{needle}\n{t}");
+    }
+}
+
+/// `--owned`: the `--inventory` machine is one more option at no rent, planned as plain `resolve` plans it (its
+/// plan equals `resolve` without `--hardware`), marked owned and ranked first; the verdict says nothing new is
+/// needed. A rate it cannot serve alone rejects it (`capacity`) and the verdict names the cheapest new option.
+#[test]
+fn the_owned_machine_is_a_zero_rent_option_that_says_whether_anything_new_is_needed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("none.db");
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let mut req = request(&gguf, "chat");
+    req.owned = true;
+    let r = app::recommend(&sources(&db), &req).unwrap();
+    let owned = r
+        .options
+        .iter()
+        .find(|c| c.owned)
+        .expect("the owned option");
+    assert_eq!(owned.id, "owned");
+    assert_eq!(owned.usd_per_hour, 0.0);
+    assert_eq!(owned.usd_per_million_tokens, 0.0);
+    assert!(owned.price.is_none());
+    assert_eq!(owned.resolve_flags, "");
+    assert_eq!(
+        (owned.gpus.count, owned.gpus.profile.as_str()),
+        (1, "rtx-4080")
+    );
+    assert_eq!(resolve(&db, &gguf, "chat", ""), *owned.plan);
+    assert_eq!(r.options[0].id, "owned", "zero rent ranks first");
+    assert_eq!(r.cheapest.as_deref(), Some("owned"));
+    assert!(
+        r.owned
+            .as_deref()
+            .unwrap()
+            .starts_with("nothing new is needed"),
+        "{:?}",
+        r.owned
+    );
+    assert_eq!(r.options.iter().filter(|c| c.owned).count(), 1);
+    // Ten times the machine's capacity: it cannot serve that alone.
+    req.rate_req_per_s = Some(owned.requests_per_s * 10.0);
+    let r = app::recommend(&sources(&db), &req).unwrap();
+    assert!(r.options.iter().all(|c| !c.owned));
+    let rej = r.rejected.iter().find(|x| x.owned).unwrap();
+    assert_eq!(rej.reason, "capacity");
+    let verdict = r.owned.unwrap();
+    assert!(
+        verdict.contains("does not do it") && verdict.contains(r.cheapest.as_deref().unwrap()),
+        "{verdict}"
+    );
+    // The table marks the owned row and prints the verdict.
+    let out = common::bin_on(INVENTORY)
+        .args(["recommend", "--as-of", AS_OF, "--owned", "-w", "chat", "-m"])
+        .arg(&gguf)
+        .output()
+        .unwrap();
+    common::assert_exit(&out, 0);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("^ owned: AMD Ryzen 7 7700X"), "{t}");
+    assert!(t.contains("Owned:       nothing new is needed"), "{t}");
+}
+
+/// `--buy --owned`: what you own costs no purchase; with an electricity price its power is its GPUs' power
+/// limits from the inventory (the RTX 4080 fixture's 320 W) x utilisation x USD/kWh.
+#[test]
+fn buying_includes_the_owned_machine_at_zero_purchase_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let m = gguf.to_str().unwrap();
+    let inv: Value = optimizer_input::yaml::from_str(
+        &std::fs::read_to_string(common::fixture("inventories").join(INVENTORY)).unwrap(),
+    )
+    .unwrap();
+    let watts = inv["gpus"][0]["power_limit_w"].as_f64().unwrap();
+    let (v, code) = recommend_json(&[
+        "-m",
+        m,
+        "-w",
+        "chat",
+        "--buy",
+        "--owned",
+        "--usd-per-kwh",
+        "0.25",
+        "--utilisation",
+        "0.5",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    let o = v["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "owned")
+        .unwrap();
+    assert_eq!(o["owned"], true);
+    assert!(o.get("price").is_none());
+    assert!((o["usd_per_hour"].as_f64().unwrap() - watts / 1000.0 * 0.5 * 0.25).abs() < 1e-12);
+    let (v, _) = recommend_json(&["-m", m, "-w", "chat", "--buy", "--owned"]);
+    let o = v["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["owned"] == true)
+        .unwrap();
+    assert_eq!(o["usd_per_hour"], 0.0);
+    assert!(
+        o["cost_basis"]
+            .as_str()
+            .unwrap()
+            .contains("power not priced")
+    );
+    // Without --owned there is no owned row.
+    let (v, _) = recommend_json(&["-m", m, "-w", "chat", "--buy"]);
+    assert!(
+        v["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["owned"] != true)
+    );
+}
+
+/// A price file's defects are all reported, each with the file, the instance path and the row (counted from 1,
+/// with its id): schema errors (a missing date, a date that is no `YYYY-MM-DD`, a source that is no URL) and the
+/// checks after it (a reserved id).
+#[test]
+fn every_price_file_defect_names_the_file_and_the_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let row = |id: &str, date: &str, source: &str| {
+        format!(
+            "  - {{id: {id}, provider: vast, instance: box, region: home, pricing: on-demand, usd_per_hour: 0.5, gpus: {{profile: rtx-4090, count: 1}}, {date}date_kind: read, confidence: low, source: {source}, source_note: a quote}}\n"
+        )
+    };
+    let bad = dir.path().join("quotes.yaml");
+    std::fs::write(
+        &bad,
+        format!(
+            "schema_version: 1\nprices:\n{}{}{}",
+            row("good-row", "date: 2026-11-01, ", "https://example.org/q"),
+            row("no-date", "", "https://example.org/q"),
+            row("bad-source", "date: 2026/11/01, ", "a friend"),
+        ),
+    )
+    .unwrap();
+    let out = common::bin_on(INVENTORY)
+        .args(["recommend", "--as-of", AS_OF, "-w", "chat", "--prices"])
+        .arg(&bad)
+        .arg("-m")
+        .arg(&gguf)
+        .output()
+        .unwrap();
+    common::assert_exit(&out, 4);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "quotes.yaml: /prices/1: row 2 (id \"no-date\")",
+        "quotes.yaml: /prices/2/date: row 3 (id \"bad-source\")",
+        "quotes.yaml: /prices/2/source: row 3 (id \"bad-source\")",
+    ] {
+        assert!(err.contains(needle), "{needle}\n{err}");
+    }
+    let reserved = dir.path().join("reserved.yaml");
+    std::fs::write(
+        &reserved,
+        format!(
+            "schema_version: 1\nprices:\n{}",
+            row("owned", "date: 2026-11-01, ", "https://example.org/q")
+        ),
+    )
+    .unwrap();
+    let out = common::bin_on(INVENTORY)
+        .args(["recommend", "--as-of", AS_OF, "-w", "chat", "--prices"])
+        .arg(&reserved)
+        .arg("-m")
+        .arg(&gguf)
+        .output()
+        .unwrap();
+    common::assert_exit(&out, 4);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("reserved.yaml: /prices/0/id: row 1 (id \"owned\")"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The published price schema (`schemas/prices.schema.json`, `optimizer schema prices`) accepts both built-in
+/// tables and refuses a row without a date: editors and CI can check a price PR with it alone.
+#[test]
+fn the_builtin_price_tables_validate_against_the_published_schema() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("schemas/prices.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for file in ["cloud.yaml", "purchase.yaml"] {
+        let text = std::fs::read_to_string(
+            common::root()
+                .join("crates/core/profiles/prices")
+                .join(file),
+        )
+        .unwrap();
+        let mut v: Value = optimizer_input::yaml::from_str(&text).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&v)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{file}: {errors:?}");
+        v["prices"][0].as_object_mut().unwrap().remove("date");
+        assert!(!validator.is_valid(&v), "{file}: a row without a date");
     }
 }

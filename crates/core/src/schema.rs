@@ -21,6 +21,7 @@ pub const NAMES: &[(&str, &str)] = &[
     ("inventory", "inventory.schema.json"),
     ("cluster", "cluster.schema.json"),
     ("deployment", "deployment.schema.json"),
+    ("prices", "prices.schema.json"),
 ];
 
 fn generate<T: JsonSchema>() -> Value {
@@ -37,6 +38,7 @@ pub fn by_name(name: &str) -> Option<Value> {
         "inventory" => generate::<Inventory>(),
         "cluster" => generate::<Cluster>(),
         "deployment" => generate::<crate::emit::Deployment>(),
+        "prices" => crate::profile::prices::json_schema(),
         _ => return None,
     })
 }

@@ -1,11 +1,14 @@
 //! The offers `recommend` ranks: each row of the price tables as a machine to plan (GPUs, node profile or an
-//! illustrative host from the row) and its cost per hour, rented as charged or bought and amortised.
+//! illustrative host from the row) and its cost per hour, rented as charged or bought and amortised; and the
+//! owned machine (`--owned`): the `--inventory` (or probed) machine at no rent or purchase.
 
 use super::*;
 
 /// One priced offer, before planning.
 pub(super) struct Offer {
-    pub(super) price: PriceRef,
+    pub(super) id: String,
+    pub(super) owned: bool,
+    pub(super) price: Option<PriceRef>,
     pub(super) offer: String,
     pub(super) gpus: PriceGpus,
     pub(super) node_profile: Option<String>,
@@ -50,7 +53,9 @@ pub(super) fn offers(
                     ),
                 };
                 out.push(Offer {
-                    price: PriceRef {
+                    id: r.id.clone(),
+                    owned: false,
+                    price: Some(PriceRef {
                         id: r.id.clone(),
                         usd: r.usd_per_hour,
                         date: r.date.clone(),
@@ -59,7 +64,7 @@ pub(super) fn offers(
                         confidence: r.confidence,
                         source: r.source.clone(),
                         file: file.clone(),
-                    },
+                    }),
                     offer: format!(
                         "{} {} {} {}",
                         r.provider,
@@ -129,7 +134,9 @@ pub(super) fn offers(
                     ),
                 };
                 out.push(Offer {
-                    price: PriceRef {
+                    id: r.id.clone(),
+                    owned: false,
+                    price: Some(PriceRef {
                         id: r.id.clone(),
                         usd: r.usd,
                         date: r.date.clone(),
@@ -138,7 +145,7 @@ pub(super) fn offers(
                         confidence: r.confidence,
                         source: r.source.clone(),
                         file: file.clone(),
-                    },
+                    }),
                     offer: r.item.clone(),
                     gpus: r.gpus.clone(),
                     node_profile: r.node_profile.clone(),
@@ -157,4 +164,87 @@ pub(super) fn offers(
         ));
     }
     Ok(out)
+}
+
+/// The owned machine as an offer: planned as plain `resolve` plans it (no `--hardware`), at no rent or purchase;
+/// with `--buy --usd-per-kwh`, its GPUs' power at the probed (or inventory) power limits, when every GPU has one.
+pub(super) fn owned(sources: &Sources, acquire: Acquire) -> Result<Offer, Failure> {
+    let (inv, source) = sources.inventory()?;
+    let from = match &sources.inventory {
+        Some((path, _)) => format!("{source} {}", path.display()),
+        None => source.to_string(),
+    };
+    let names: Vec<&str> = inv.gpus.iter().map(|g| g.name.as_str()).collect();
+    let (usd_per_hour, cost_basis) = match acquire {
+        Acquire::Rent => (0.0, "owned: no rent".to_string()),
+        Acquire::Buy {
+            usd_per_kwh,
+            utilisation,
+            ..
+        } => {
+            let watts: Option<f64> = inv.gpus.iter().map(|g| g.power_limit_w).sum();
+            match (usd_per_kwh, watts) {
+                (Some(kwh), Some(w)) if !inv.gpus.is_empty() => (
+                    w / 1000.0 * utilisation * kwh,
+                    format!(
+                        "owned: no purchase + {w} W ({from}'s GPU power limits) x {utilisation} x {kwh} USD/kWh"
+                    ),
+                ),
+                (Some(_), _) => (
+                    0.0,
+                    format!(
+                        "owned: no purchase + power not priced (no power limit for every GPU in the {from})"
+                    ),
+                ),
+                (None, _) => (
+                    0.0,
+                    "owned: no purchase + power not priced (no --usd-per-kwh)".into(),
+                ),
+            }
+        }
+    };
+    Ok(Offer {
+        id: prices::OWNED_ID.into(),
+        owned: true,
+        price: None,
+        offer: format!(
+            "owned: {}{}",
+            inv.cpu.model,
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", names.join(", "))
+            }
+        ),
+        gpus: PriceGpus {
+            profile: names.first().map_or("cpu".into(), |n| n.to_string()),
+            count: names.len() as u32,
+        },
+        node_profile: None,
+        host: HostOverride::default(),
+        host_basis: format!("owned, from the {from}"),
+        usd_per_hour,
+        cost_basis,
+    })
+}
+
+/// The owned machine's GPUs as its plan matched them: the profile of the first (all of them, when they are
+/// alike; else the ids joined by `+`), or `cpu` when it has none.
+pub(super) fn owned_gpus(doc: &Deployment) -> PriceGpus {
+    let mut ids: Vec<&str> = doc
+        .hardware
+        .gpus
+        .iter()
+        .map(|g| g.profile.as_str())
+        .collect();
+    let count = ids.len() as u32;
+    ids.dedup();
+    PriceGpus {
+        profile: if ids.is_empty() {
+            "cpu".into()
+        } else {
+            ids.join("+")
+        },
+        count,
+    }
 }

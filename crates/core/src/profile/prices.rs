@@ -6,14 +6,23 @@
 //! is given, touches nothing.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Diagnostic, ProfileSet};
 
+/// A `YYYY-MM-DD` date in the schema (the calendar is checked by [`parse_date`]).
+const DATE_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$";
+/// A source is a URL (a price page, a retailer's listing, an announcement).
+const URL_PATTERN: &str = r"^https?://";
+
 /// The `schema_version` these types read.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// The id `recommend` gives the owned machine's option; no price row may take it.
+pub const OWNED_ID: &str = "owned";
 
 /// Hours in a (non-leap) year: 365 x 24, the amortisation divisor of `purchase.yaml`'s README.
 pub const HOURS_PER_YEAR: f64 = 8760.0;
@@ -87,9 +96,11 @@ pub struct CloudRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_gib: Option<f64>,
     /// `YYYY-MM-DD`.
+    #[schemars(regex(pattern = DATE_PATTERN))]
     pub date: String,
     pub date_kind: DateKind,
     pub confidence: Confidence,
+    #[schemars(regex(pattern = URL_PATTERN))]
     pub source: String,
     pub source_note: String,
 }
@@ -118,12 +129,15 @@ pub struct PurchaseRow {
     pub usd_high: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_gib: Option<f64>,
+    /// `YYYY-MM-DD`.
+    #[schemars(regex(pattern = DATE_PATTERN))]
     pub date: String,
     pub date_kind: DateKind,
     /// Board power of the GPUs priced, watts; `null` when not sourced.
     pub power_w: Option<f64>,
     pub power_source: String,
     pub confidence: Confidence,
+    #[schemars(regex(pattern = URL_PATTERN))]
     pub source: String,
     pub source_note: String,
 }
@@ -136,6 +150,58 @@ pub struct PurchaseFile {
     /// Years a purchase is spread over unless `--amortisation-years` says otherwise (a default, not sourced).
     pub amortisation_years_default: f64,
     pub prices: Vec<PurchaseRow>,
+}
+
+/// A price file of either kind, as published (`optimizer schema prices`, `schemas/prices.schema.json`): a file
+/// is a cloud table or a purchase table, and no row fits both (each kind denies the other's fields).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // only its schema is used: files are read as the kind their rows say
+pub enum PriceFileSchema {
+    Cloud(CloudFile),
+    Purchase(PurchaseFile),
+}
+
+/// The published schema of price files (both kinds).
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(PriceFileSchema)).unwrap_or(serde_json::Value::Null)
+}
+
+/// The validator of one kind of price file, built once.
+fn validator(purchase: bool) -> Result<&'static jsonschema::Validator, String> {
+    static CLOUD: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+    static PURCHASE: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+    let (cell, schema) = if purchase {
+        (&PURCHASE, schemars::schema_for!(PurchaseFile))
+    } else {
+        (&CLOUD, schemars::schema_for!(CloudFile))
+    };
+    cell.get_or_init(|| {
+        let v = serde_json::to_value(schema).map_err(|e| e.to_string())?;
+        jsonschema::validator_for(&v).map_err(|e| format!("the price schema does not compile: {e}"))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// `row 4 (id "aws-p5-48xlarge-od")`: the row an instance path (`/prices/3/date`) points into, counted from 1
+/// as an editor does, with its id when it has one; empty for a path outside the rows.
+fn row_of(value: &serde_json::Value, instance_path: &str) -> String {
+    let mut parts = instance_path.trim_start_matches('/').split('/');
+    match (
+        parts.next(),
+        parts.next().and_then(|i| i.parse::<usize>().ok()),
+    ) {
+        (Some("prices"), Some(i)) => {
+            let id = value
+                .pointer(&format!("/prices/{i}/id"))
+                .and_then(serde_json::Value::as_str)
+                .map(|id| format!(" (id {id:?})"))
+                .unwrap_or_default();
+            format!("row {}{id}: ", i + 1)
+        }
+        _ => String::new(),
+    }
 }
 
 /// Both tables, with where each came from.
@@ -162,22 +228,42 @@ fn diag(path: &str, instance_path: String, message: impl Into<String>) -> Diagno
 }
 
 /// Parses a price file; its kind is told by its rows: `usd_per_hour` (cloud) or `usd` (purchase), or a
-/// top-level `amortisation_years_default` (purchase).
-pub fn parse(path: &str, text: &str) -> Result<PriceFile, Diagnostic> {
+/// top-level `amortisation_years_default` (purchase). The file is checked against its kind's schema first, and
+/// every error is reported at its instance path with its row (`row 4 (id "x")`).
+pub fn parse(path: &str, text: &str) -> Result<PriceFile, Vec<Diagnostic>> {
     let value: serde_json::Value =
-        optimizer_input::yaml::from_str(text).map_err(|e| diag(path, String::new(), e))?;
+        optimizer_input::yaml::from_str(text).map_err(|e| vec![diag(path, String::new(), e)])?;
     let purchase = value.get("amortisation_years_default").is_some()
         || value
             .get("prices")
             .and_then(|p| p.as_array())
             .and_then(|rows| rows.first())
             .is_some_and(|r| r.get("usd").is_some());
+    let errors = parse_errors(path, &value, purchase);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     let parsed = if purchase {
         serde_json::from_value(value).map(PriceFile::Purchase)
     } else {
         serde_json::from_value(value).map(PriceFile::Cloud)
     };
-    parsed.map_err(|e| diag(path, String::new(), e.to_string()))
+    parsed.map_err(|e| vec![diag(path, String::new(), e.to_string())])
+}
+
+/// Every schema error of a price file, each at its instance path and naming its row.
+fn parse_errors(path: &str, value: &serde_json::Value, purchase: bool) -> Vec<Diagnostic> {
+    let v = match validator(purchase) {
+        Ok(v) => v,
+        Err(e) => return vec![diag(path, String::new(), e)],
+    };
+    v.iter_errors(value)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            let row = row_of(value, &at);
+            diag(path, at, format!("{row}{e}"))
+        })
+        .collect()
 }
 
 /// Days since 1970-01-01 of a `YYYY-MM-DD` date, or why it is not one (a real calendar day, years 1970-9999).
@@ -238,7 +324,7 @@ pub fn load(
         let file = match parse(&path, &text) {
             Ok(f) => f,
             Err(d) => {
-                diags.push(d);
+                diags.extend(d);
                 continue;
             }
         };
@@ -362,6 +448,13 @@ pub fn check(path: &str, file: &PriceFile, set: &ProfileSet, today: i64) -> Vec<
                 format!("{:?} is not a lower-kebab-case id", r.id),
             ));
         }
+        if r.id == OWNED_ID {
+            out.push(diag(
+                path,
+                at("id"),
+                format!("{OWNED_ID:?} is the id of the owned machine's option (recommend --owned)"),
+            ));
+        }
         if !ids.insert(r.id) {
             out.push(diag(path, at("id"), format!("{:?} appears twice", r.id)));
         }
@@ -442,6 +535,17 @@ pub fn check(path: &str, file: &PriceFile, set: &ProfileSet, today: i64) -> Vec<
                 at("source"),
                 format!("{:?} is not a URL", r.source),
             ));
+        }
+    }
+    // Name the row of each defect, as the schema errors do.
+    for d in &mut out {
+        let mut parts = d.instance_path.trim_start_matches('/').split('/');
+        if let (Some("prices"), Some(i)) = (
+            parts.next(),
+            parts.next().and_then(|i| i.parse::<usize>().ok()),
+        ) && let Some(r) = rows.get(i)
+        {
+            d.message = format!("row {} (id {:?}): {}", i + 1, r.id, d.message);
         }
     }
     out
