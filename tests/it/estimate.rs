@@ -572,10 +572,15 @@ fn estimate_and_resolve_share_one_view_of_devices() {
         }
         if names(planned) != names(rooms) {
             // The plan may leave GPUs idle: one of the two RTX 3090s for a model one holds, and the M2 Max's GPU
-            // for this half-MiB fixture, which runs faster on the CPU than through Metal's per-layer launch cost
-            // (crates/core/src/perf/gpu.rs).
+            // and the Radeon's for this half-MiB fixture, which runs faster on the CPU than through Metal's or
+            // ROCm's per-layer launch cost (crates/core/src/perf/gpu.rs).
             assert!(
-                ["workstation-2x3090.yaml", "apple-m2-max.yaml"].contains(&inventory),
+                [
+                    "workstation-2x3090.yaml",
+                    "apple-m2-max.yaml",
+                    "amd-radeon.yaml"
+                ]
+                .contains(&inventory),
                 "{inventory}: devices {:?} vs {:?}",
                 names(planned),
                 names(rooms)

@@ -92,3 +92,61 @@ fn emitted_argv_allocates_what_the_document_predicts() {
         );
     }
 }
+
+/// The argv names the backend the GPU runs under (issue 27 item 4): an AMD GPU is planned for ROCm (`-dev ROCm0`,
+/// `HIP_VISIBLE_DEVICES`) unless the inventory says `backend: vulkan`, which gets `-dev Vulkan0` and
+/// `GGML_VK_VISIBLE_DEVICES`, as does an Intel GPU the inventory says runs Vulkan; the document's device id and
+/// warnings say which and why.
+#[test]
+fn amd_and_intel_gpus_get_the_backend_the_inventory_says() {
+    let set = profiles();
+    let dir = tempfile::tempdir().unwrap();
+    let (path, spec) = synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let path = path.to_str().unwrap();
+    let cases = [
+        (
+            hardware::GpuVendor::Amd,
+            None,
+            "ROCm0",
+            "HIP_VISIBLE_DEVICES",
+            "rocm",
+        ),
+        (
+            hardware::GpuVendor::Amd,
+            Some(hardware::ComputeBackend::Vulkan),
+            "Vulkan0",
+            "GGML_VK_VISIBLE_DEVICES",
+            "vulkan",
+        ),
+        (
+            hardware::GpuVendor::Intel,
+            Some(hardware::ComputeBackend::Vulkan),
+            "Vulkan0",
+            "GGML_VK_VISIBLE_DEVICES",
+            "vulkan",
+        ),
+    ];
+    for (vendor, backend, dev, var, prefix) in cases {
+        let mut inv = common::inventory("amd-radeon.yaml");
+        inv.gpus[0].vendor = vendor;
+        inv.gpus[0].backend = backend;
+        let d = common::plan(&spec, path, &inv, &set, "chat", &Overrides::default()).unwrap();
+        let a = common::artifact(&d, "llama-server");
+        let at = a.argv.iter().position(|w| w == "-dev").unwrap();
+        assert_eq!(a.argv[at + 1], dev, "{vendor:?} {backend:?}");
+        assert!(
+            a.env.contains_key(var),
+            "{vendor:?} {backend:?}: {:?}",
+            a.env
+        );
+        let text = serde_json::to_string(&d).unwrap();
+        assert!(
+            text.contains(&format!("{prefix}:0")),
+            "{vendor:?} {backend:?}"
+        );
+        assert!(
+            text.contains(&format!("llama.cpp backend {prefix}")),
+            "{vendor:?} {backend:?}: the document says which backend and why"
+        );
+    }
+}

@@ -411,6 +411,7 @@ fn chosen_plans_fit_and_no_fitting_alternative_scores_better() {
                         processes: vec![],
                         unified_memory: false,
                         gpu_working_set_bytes: None,
+                        backend: None,
                         source: None,
                     }
                 })

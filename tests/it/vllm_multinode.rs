@@ -221,3 +221,70 @@ fn llama_70b_on_two_nodes_of_four_l4_is_tensor_4_by_pipeline_2() {
     check_argv(&d, 2);
     check_lws(&d, "vllm-lws_llama-70b_l4-4x2_chat", 2, 4);
 }
+
+/// Expert parallel across nodes for a DeepSeek-V3-layout MoE: Kimi-K2-Instruct (model_type `kimi_k2`, DeepSeek-V3's
+/// layout with 384 routed experts instead of 256, block FP8; `vllm_models::kimi_k2`) stands in for DeepSeek-V3
+/// FP8, whose checkpoint header is not among the fixtures. No node holds its 959 GiB; the speed model weighs a
+/// pipeline (TP 8 x PP 2) against data-parallel engines with the routed experts spread whole over all 16 GPUs.
+#[test]
+fn a_deepseek_v3_layout_moe_on_two_h100_nodes_runs_expert_parallel() {
+    let written = vllm_models::materialize("Kimi-K2-Instruct");
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("Kimi-K2-Instruct");
+    std::fs::rename(written.path(), &dir).unwrap();
+    let (d, code) = resolve_cluster("h100-8x2.yaml", &dir, "batch-inference");
+    eprintln!("{}", serde_json::to_string_pretty(&d).unwrap());
+    assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);
+    let s = vllm(&d);
+    assert_eq!(s.enable_expert_parallel, Some(true));
+    let (tp, dp) = (s.tensor_parallel_size, s.data_parallel_size.unwrap());
+    assert_eq!(tp * dp, 16);
+    assert_eq!(s.data_parallel_size_local, Some(dp / 2));
+    assert_eq!(s.nnodes, Some(2));
+    // Weights per GPU: 384 x 60 routed experts of 3 x 7168 x 2048 FP8 bytes plus block scales, 24 whole experts
+    // per GPU (384 / 16), and the rest at tensor parallel `tp` (vllm_models::kimi_k2::rank_weights).
+    use vllm_models::kimi_k2::*;
+    let expert = 3 * H * MOE_INTER + 2 * scale_bytes(MOE_INTER, H) + scale_bytes(H, MOE_INTER);
+    let routed = MOE_LAYERS * EXPERTS * expert;
+    let w = rank_weights(u64::from(tp));
+    let want = w.per_rank - routed / u64::from(tp) + routed * 24 / EXPERTS;
+    let got = d.memory.devices[0].components.weights_bytes;
+    assert!(
+        (got as f64 / want as f64 - 1.0).abs() < 1e-3,
+        "weights per GPU {got} vs {want}"
+    );
+    let a = d.artifact("vllm").unwrap();
+    let flags = serve_flags();
+    for rank in 0..2 {
+        let name = if rank == 0 {
+            "vllm".to_string()
+        } else {
+            format!("vllm-node-{rank}")
+        };
+        let argv = &d.artifact(&name).unwrap().argv;
+        for o in argv.iter().filter(|x| x.starts_with("--")) {
+            assert!(
+                flags.contains(o),
+                "{name}: {o} is not a vLLM 0.33.0 serve option"
+            );
+        }
+        assert!(argv.iter().any(|x| x == "--enable-expert-parallel"));
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--data-parallel-size", &dp.to_string()])
+        );
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--data-parallel-size-local", &(dp / 2).to_string()])
+        );
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--data-parallel-rpc-port", "29550"])
+        );
+        assert!(!argv.iter().any(|x| x == "--data-parallel-start-rank"));
+    }
+    check_argv(&d, 2);
+    assert!(a.argv.iter().any(|x| x == "--data-parallel-address"));
+    assert!(d.provenance.contains_key("topology.layouts"));
+    check_lws(&d, "vllm-lws_kimi-k2_h100-8x2_batch-inference", 2, 8);
+}

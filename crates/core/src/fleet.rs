@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+mod kernels;
+
 use crate::evidence::{Basis, Evidence, MeasuredEfficiency};
 use crate::hardware::{Gpu, GpuVendor, Inventory, parse_capability};
 use crate::perf::{self, DevicePerf};
@@ -17,6 +19,7 @@ use crate::profile::{
     DeviceKind as ProfileKind, HardwareProfile, Interconnect, Phase, ProfileSet, ReserveTarget,
     RuntimeId,
 };
+use kernels::kernels_for;
 
 /// What drives a device: the host's CPU, or a GPU through its vendor's compute stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -28,8 +31,10 @@ pub enum DeviceKind {
     Rocm,
     /// Apple silicon through Metal.
     Metal,
-    /// Intel GPUs (SYCL, Level Zero); no runtime here plans them yet.
+    /// Intel GPUs through SYCL (Level Zero); no runtime here plans them.
     Sycl,
+    /// Any vendor's GPU through ggml-vulkan, where the inventory says `backend: vulkan` (an AMD GPU without ROCm).
+    Vulkan,
 }
 
 impl DeviceKind {
@@ -42,6 +47,37 @@ impl DeviceKind {
         }
     }
 
+    /// The backend llama.cpp drives `g` with, and why: the inventory's `backend` where it says, else the
+    /// vendor's ([`DeviceKind::of_vendor`]). An Intel GPU stays SYCL (listed, not planned: no Intel profile, so
+    /// nothing measured says its speed) unless the inventory says `vulkan`.
+    pub fn for_gpu(g: &Gpu) -> (DeviceKind, &'static str) {
+        use crate::hardware::ComputeBackend as B;
+        match g.backend {
+            Some(b) => (
+                match b {
+                    B::Cuda => DeviceKind::Cuda,
+                    B::Rocm => DeviceKind::Rocm,
+                    B::Vulkan => DeviceKind::Vulkan,
+                    B::Metal => DeviceKind::Metal,
+                    B::Sycl => DeviceKind::Sycl,
+                },
+                "the inventory's backend field",
+            ),
+            None => (
+                DeviceKind::of_vendor(g.vendor),
+                match g.vendor {
+                    GpuVendor::Intel => {
+                        "Intel GPU and the inventory names no backend: SYCL, which this planner lists but does not plan; an inventory that says `backend: vulkan` gets a Vulkan plan"
+                    }
+                    GpuVendor::Amd => {
+                        "AMD GPU and the inventory names no backend: ROCm (HIP); an inventory that says `backend: vulkan` gets a Vulkan plan"
+                    }
+                    _ => "the vendor's own backend",
+                },
+            ),
+        }
+    }
+
     /// The prefix of the device's identity in the document (`cuda:0`).
     pub fn prefix(self) -> &'static str {
         match self {
@@ -50,6 +86,7 @@ impl DeviceKind {
             DeviceKind::Rocm => "rocm",
             DeviceKind::Metal => "metal",
             DeviceKind::Sycl => "sycl",
+            DeviceKind::Vulkan => "vulkan",
         }
     }
 
@@ -61,6 +98,7 @@ impl DeviceKind {
             DeviceKind::Rocm,
             DeviceKind::Metal,
             DeviceKind::Sycl,
+            DeviceKind::Vulkan,
         ]
         .into_iter()
         .find(|k| k.prefix() == s)
@@ -359,66 +397,23 @@ fn cpu_class<'a>(inv: &Inventory, set: &'a ProfileSet) -> Option<&'a HardwarePro
     })
 }
 
-/// Prefill peak: dense FP16 tensor throughput, or the shader rate on GPUs without tensor cores.
+/// Prefill peak: dense FP16 tensor throughput, or the faster shader rate on GPUs without tensor cores (Pascal's
+/// FP16 runs at 1/64 of FP32, so llama.cpp computes in FP32 there: ggml-cuda `fast_fp16_available` is false on
+/// compute capability 6.1).
 pub(crate) fn prefill_peak(p: &HardwareProfile) -> f64 {
     p.tensor_tflops
         .as_ref()
         .and_then(|t| t.fp16_fp32acc)
-        .or_else(|| p.vector_tflops.as_ref().and_then(|v| v.fp16.or(v.fp32)))
+        .or_else(|| {
+            p.vector_tflops
+                .as_ref()
+                .and_then(|v| match (v.fp16, v.fp32) {
+                    (Some(h), Some(f)) => Some(h.max(f)),
+                    (h, f) => h.or(f),
+                })
+        })
         .unwrap_or(0.0)
         * 1e12
-}
-
-/// llama.cpp's kernel model inputs ([`perf::gpu`]) for a CUDA GPU with int8 `mma` (compute capability 7.5 and up)
-/// whose SM count and clock are known, or a Metal GPU whose profile gives its FP16 rate; `None` otherwise.
-fn kernels_for(
-    kind: DeviceKind,
-    g: &Gpu,
-    p: &HardwareProfile,
-    cc: Option<(u32, u32)>,
-) -> Option<perf::gpu::GpuKernels> {
-    use perf::gpu::{GpuBackend, GpuKernels, MemoryClass};
-    let memory = MemoryClass::from_type(&p.memory.kind)?;
-    let base = |backend| GpuKernels {
-        backend,
-        memory,
-        sm_cycles_per_s: 0.0,
-        fp16_tensor_flops: 0.0,
-        simd_flops: 0.0,
-        board_power_w: 0.0,
-        prefill: true,
-        decode: true,
-    };
-    match kind {
-        DeviceKind::Cuda if cc.is_some_and(|c| c >= (7, 5)) => {
-            let sms = f64::from(g.sm_count.or(p.sms)?);
-            // The profile's boost clock first: the per-SM-clock rates were fitted against it, and NVML's maximum
-            // SM clock is the clock table's ceiling, far above what a load holds (RTX 4060 Laptop: 3105 MHz
-            // against a 1890 MHz boost).
-            let mhz = f64::from(p.boost_clock_mhz.or(g.max_sm_clock_mhz)?);
-            Some(GpuKernels {
-                sm_cycles_per_s: sms * mhz * 1e6,
-                fp16_tensor_flops: p
-                    .tensor_tflops
-                    .as_ref()
-                    .and_then(|t| t.fp16_fp16acc.or(t.fp16_fp32acc))
-                    .map_or(0.0, |t| t * 1e12),
-                board_power_w: match (cc, p.tdp_w) {
-                    (Some(cc), Some(w)) if perf::gpu::power_bound_applies(cc) => w,
-                    _ => 0.0,
-                },
-                ..base(GpuBackend::Cuda)
-            })
-        }
-        DeviceKind::Metal => {
-            let fp16 = p.vector_tflops.as_ref()?.fp16?;
-            Some(GpuKernels {
-                simd_flops: fp16 * 1e12,
-                ..base(GpuBackend::Metal)
-            })
-        }
-        _ => None,
-    }
 }
 
 /// The rule tables in force cannot give a device's reserve (a rule that over-reserves, say).
@@ -445,8 +440,16 @@ pub fn build(inv: &Inventory, set: &ProfileSet, runtime: RuntimeId) -> Result<Fl
     let mut gpus = Vec::new();
     let mut unused = Vec::new();
     for g in &inv.gpus {
-        let kind = DeviceKind::of_vendor(g.vendor);
+        let (kind, why) = DeviceKind::for_gpu(g);
         let id = DeviceId::gpu(kind, g.index);
+        if !matches!(kind, DeviceKind::Cuda | DeviceKind::Metal) || g.backend.is_some() {
+            warnings.push(format!(
+                "gpu {} ({}): llama.cpp backend {}: {why}",
+                g.index,
+                g.name,
+                kind.prefix()
+            ));
+        }
         let not_used = |profile: &str, basis: &'static str| UnusedGpu {
             id,
             gpu: g.clone(),

@@ -240,6 +240,17 @@ pub struct VllmSettings {
     /// `--nnodes`: the nodes one replica spans (vLLM's multi-node launcher); absent on one node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nnodes: Option<u32>,
+    /// `--data-parallel-size` of an expert-parallel replica spanning nodes (engines of `tensor_parallel_size`
+    /// GPUs each); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_parallel_size: Option<u32>,
+    /// `--data-parallel-size-local`: those engines on each node; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_parallel_size_local: Option<u32>,
+    /// `--enable-expert-parallel`: routed experts spread whole over `tensor_parallel_size x data_parallel_size`
+    /// GPUs; absent when not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_expert_parallel: Option<bool>,
 }
 
 /// PyTorch training settings (Hugging Face `Trainer`, PEFT, bitsandbytes, DeepSpeed) and what they mean. Byte

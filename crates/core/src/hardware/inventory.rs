@@ -139,6 +139,21 @@ pub enum GpuVendor {
     Apple,
 }
 
+/// The compute API llama.cpp drives a GPU with, when the inventory says which one the machine has (`backend:` of
+/// a GPU). Absent, the vendor decides (`fleet::DeviceKind::for_gpu`): NVIDIA CUDA, AMD ROCm, Apple Metal, Intel
+/// Vulkan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeBackend {
+    Cuda,
+    /// AMD's HIP build (`GGML_HIP`).
+    Rocm,
+    /// ggml-vulkan: any vendor with a Vulkan driver (an AMD GPU without ROCm, an Intel Arc).
+    Vulkan,
+    Metal,
+    Sycl,
+}
+
 /// A process holding GPU memory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -222,6 +237,10 @@ pub struct Gpu {
     pub gpu_working_set_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<GpuSource>,
+    /// The compute API the machine's llama.cpp build drives this GPU with (`vulkan` for an AMD GPU without
+    /// ROCm), where the inventory says; absent, the vendor's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<ComputeBackend>,
 }
 
 /// What a machine has.

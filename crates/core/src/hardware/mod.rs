@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 pub use cluster::{Cluster, Fabric, FabricKind, Node, Sourced, load_cluster, parse_cluster};
 pub use inventory::{
-    Bound, Caches, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory, MAX_LOGICAL_CPUS, Memory,
+    Bound, Caches, ComputeBackend, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory,
+    MAX_LOGICAL_CPUS, Memory,
 };
 
 /// Most GPUs one node may hold in a plan. The largest single machines expose 16 GPUs (DGX-2, HGX-2); 64 leaves

@@ -175,6 +175,47 @@ pub fn pipeline_cycle(stages: u32, micro_batches: u32, stage_s: f64, send_s: f64
     (cycle, bubble)
 }
 
+/// The link a collective spanning nodes runs over (a tensor-parallel group across nodes, an expert-parallel
+/// group's all-gather and reduce-scatter): the rank's share of the fabric ([`fabric_link`]), NCCL's ring being
+/// bound by its slowest hop, and a fixed cost of NCCL's own on NVLink ([`NCCL_NVLINK_LATENCY_S`]) plus the
+/// fabric's stated latency: a collective across nodes runs the same protocol steps inside each node and adds
+/// the network's hop, so the in-node cost is its floor (a lower bound, stated as such).
+pub fn fabric_collective_link(fabric: &Link) -> Link {
+    Link {
+        kind: LinkKind::Fabric,
+        bytes_per_s: fabric.bytes_per_s,
+        latency_s: NCCL_NVLINK_LATENCY_S + fabric.latency_s,
+    }
+}
+
+/// Seconds of one ring all-gather (or reduce-scatter) over `ranks` ranks, each contributing `bytes`: every rank
+/// receives (sends) the other `ranks - 1` shares over its link, after the fixed cost.
+pub fn allgather_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
+    if ranks <= 1 || bytes.is_nan() || bytes <= 0.0 || link.bytes_per_s <= 0.0 {
+        return 0.0;
+    }
+    link.latency_s + f64::from(ranks - 1) * bytes / link.bytes_per_s
+}
+
+/// Seconds one MoE layer's dispatch and combine take under vLLM 0.33's default expert-parallel backend
+/// (`allgather_reducescatter`: vllm/distributed/device_communicators/all2all.py `AgRsAll2AllManager`): an
+/// all-gather over the `dp` engines of each engine's `tokens` hidden states and router logits
+/// (`dispatch_router_logits`; the logits in the router's dtype, the model's for DeepSeek-V3 and Kimi-K2:
+/// vllm/model_executor/models/deepseek_v2.py `_get_moe_router_dtype`), then a reduce-scatter of the experts'
+/// output back (`combine`, `reduce_scatterv`).
+pub fn ep_layer_seconds(
+    link: &Link,
+    dp: u32,
+    tokens: u64,
+    hidden: u64,
+    experts: u64,
+    dtype_bytes: u64,
+) -> f64 {
+    let t = tokens as f64 * dtype_bytes as f64;
+    allgather_seconds(link, dp, t * (hidden + experts) as f64)
+        + allgather_seconds(link, dp, t * hidden as f64)
+}
+
 /// The share of a message a ring all-reduce sends (and receives) per GPU: `2(n−1)/n` (reduce-scatter then
 /// all-gather, each `(n−1)/n`).
 pub fn ring_factor(ranks: u32) -> f64 {
@@ -358,5 +399,25 @@ mod tests {
         let l = nvlink_link(&iface(5, Some(900.0))).unwrap();
         let one = allreduce_seconds(&l, 4, 8.0 * 8192.0 * 2.0);
         assert_eq!(tp_step_seconds(&l, 4, 80, 8, 8192, 2), 160.0 * one);
+    }
+
+    #[test]
+    fn an_expert_layer_gathers_every_engines_tokens_and_scatters_them_back() {
+        let fabric = Link {
+            kind: LinkKind::Fabric,
+            bytes_per_s: 50e9,
+            latency_s: 0.0,
+        };
+        let l = fabric_collective_link(&fabric);
+        assert_eq!(l.latency_s, NCCL_NVLINK_LATENCY_S);
+        // 2 engines of 32 tokens, 7168 wide, 384 experts, 2 bytes: each receives the other's share twice.
+        let t = ep_layer_seconds(&l, 2, 32, 7168, 384, 2);
+        let gather = 32.0 * 2.0 * (7168.0 + 384.0) / 50e9;
+        let scatter = 32.0 * 2.0 * 7168.0 / 50e9;
+        assert!((t - (2.0 * NCCL_NVLINK_LATENCY_S + gather + scatter)).abs() < 1e-15);
+        assert_eq!(ep_layer_seconds(&l, 1, 32, 7168, 384, 2), 0.0);
+        // 16 engines: 15 shares each way.
+        let t16 = allgather_seconds(&l, 16, 1e6);
+        assert!((t16 - (NCCL_NVLINK_LATENCY_S + 15.0 * 1e6 / 50e9)).abs() < 1e-15);
     }
 }

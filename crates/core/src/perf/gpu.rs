@@ -24,14 +24,23 @@
 //!   than GDDR and Apple's unified LPDDR at batch 1), plus a per-layer cost per token for each backend (kernel
 //!   launches and synchronisation: about 45 µs a layer on CUDA, 200 µs on Metal in the fitted builds).
 //!
+//! - ROCm, Vulkan and Pascal: prefill per FP32 lane per clock of the kernel family ([`LaneFamily`]): dp4a MMQ
+//!   (Pascal, GCN 5, RDNA 2: the NVIDIA and AMD rows agree per lane), MFMA MMQ (CDNA), WMMA MMQ on RDNA 3 and on
+//!   RDNA 4 (RDNA 4 reaches 1.6x RDNA 3 per lane in the rows), and ggml-vulkan's cooperative-matrix shaders on
+//!   NVIDIA, RDNA 3 and RDNA 4. Lanes are an AMD GPU's compute units x 64 (HIP reports compute units as
+//!   multiprocessors) or an NVIDIA GPU's FP32 peak / 2. Decode uses the multipliers below with a per-layer
+//!   cost per backend (ROCm about 100 µs, Vulkan about 30 µs a layer).
+//!
 //! Left out: the build (the public rows span Nov 2023 to 2026 builds, up to 1.5x apart on one card; the constants
 //! are medians over them), the GPU-core bin of an Apple chip (the tool sees the chip name only, the profile
 //! holds the largest bin, so a smaller bin is over-predicted by the core ratio), power and clock throttling
-//! (other than Ada's power bound above), flash attention's effect on the attention term, AMD,
-//! Intel, Vulkan and pre-Turing NVIDIA (no rows matched a profile: those keep the generic roofline of
-//! [`super::predict`] with the rule tables' efficiencies).
+//! (other than Ada's power bound above), flash attention's effect on the attention term, F16 weights on the
+//! ROCm/Vulkan/Pascal families (every public row there is Q4_0, so dense weights are charged the quantized rate),
+//! Intel GPUs (no Intel profile: the Arc rows are unmatched), Vulkan on RDNA 2 and older and pre-Pascal NVIDIA
+//! (no rows: the generic roofline of [`super::predict`] with the rule tables' efficiencies).
 //!
-//! Trade-off: one constant per kernel family fitted across every matched card and build instead of one per card:
+//! Trade-off: one constant per kernel family fitted across every matched card and build instead of one per card
+//! (a family no row measured, RDNA 4 under leave-one-family-out, is then 40 % low, the README says):
 //! a card nobody measured gets the same error as the held-out families (below), at the price of a few per cent
 //! on the cards that were measured.
 //!
@@ -49,6 +58,30 @@ pub enum GpuBackend {
     /// CUDA on an NVIDIA GPU with int8 `mma` (compute capability 7.5 and up).
     Cuda,
     Metal,
+    /// HIP (ROCm) and Vulkan: the kernel family in [`GpuKernels::lanes`] gives the prefill rate.
+    Rocm,
+    Vulkan,
+    /// CUDA on a GPU without int8 `mma` whose MMQ runs on dp4a (Pascal and Volta: compute capability 6.1-7.2).
+    CudaDp4a,
+}
+
+/// The quantized matrix-multiply path on a ROCm, Vulkan or pre-Turing CUDA GPU, each charged per FP32 lane per
+/// clock ([`lane_rate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneFamily {
+    /// dp4a MMQ: CUDA Pascal/Volta, ROCm on GCN 5 and RDNA 2 (ggml-cuda `mmq.cu`: no `mma`, no WMMA, no MFMA).
+    Dp4a,
+    /// ROCm MMQ on CDNA's MFMA matrix cores (common.cuh `amd_mfma_available`).
+    RocmMfma,
+    /// ROCm MMQ on RDNA 3 WMMA (common.cuh `amd_wmma_available`).
+    RocmWmmaRdna3,
+    /// ROCm MMQ on RDNA 4 WMMA.
+    RocmWmmaRdna4,
+    /// ggml-vulkan on NVIDIA (cooperative-matrix shaders).
+    VulkanNvidia,
+    /// ggml-vulkan on AMD RDNA 3 and RDNA 4 (KHR cooperative matrix on their WMMA units).
+    VulkanRdna3,
+    VulkanRdna4,
 }
 
 /// The memory a GPU reads its weights from.
@@ -91,6 +124,9 @@ pub struct GpuKernels {
     /// CUDA on Ada: the board power in W that bounds the prefill rate ([`ADA_FLOP_PER_J`]); 0 where no power
     /// bound is modelled ([`power_bound_applies`]).
     pub board_power_w: f64,
+    /// ROCm, Vulkan, dp4a CUDA: the kernel family and the FP32 lanes × clock in Hz it is charged on (AMD: compute
+    /// units × 64 × boost clock; NVIDIA: the FP32 vector peak / 2).
+    pub lanes: Option<(LaneFamily, f64)>,
     /// Use the kernel model for prefill; false where evidence measured this device's prefill efficiency.
     pub prefill: bool,
     /// Use the kernel model for decode; false where evidence measured this device's decode efficiency.
@@ -113,6 +149,36 @@ pub const ADA_FLOP_PER_J: f64 = 0.290e12;
 /// Metal simdgroup-matrix kernels: share of the FP16 ALU peak. Medians of 70 quantized and 23 F16 rows.
 const METAL_QUANT_SHARE: f64 = 0.592;
 const METAL_F16_SHARE: f64 = 0.717;
+
+/// FLOP per FP32 lane per clock of each [`LaneFamily`] on quantized weights: medians of the public pp512 rows
+/// of the family (all LLaMA-2 7B Q4_0; `python3 tests/fixtures/gpu-speed/fit.py DUMP LANES`): dp4a 4 rows (P40,
+/// MI50, MI60, V620: 2.08-2.35 per lane on both vendors), MFMA 3 (MI100, MI210, MI300X), RDNA 3 WMMA 3, RDNA 4
+/// WMMA 3, Vulkan NVIDIA 6, Vulkan RDNA 3 1, Vulkan RDNA 4 3.
+const LANE_DP4A: f64 = 2.29;
+const LANE_ROCM_MFMA: f64 = 3.13;
+const LANE_ROCM_RDNA3: f64 = 3.06;
+const LANE_ROCM_RDNA4: f64 = 4.91;
+const LANE_VULKAN_NVIDIA: f64 = 3.36;
+const LANE_VULKAN_RDNA3: f64 = 3.21;
+const LANE_VULKAN_RDNA4: f64 = 5.47;
+/// Decode seconds per layer per token on ROCm and Vulkan (fit.py `lane_tg_consts`: weighted least squares on
+/// the backend's tg128 rows, the weight read at the memory multipliers below, which CUDA and Metal fitted).
+const ROCM_LAYER_S: f64 = 98.3e-6;
+const VULKAN_LAYER_S: f64 = 29.1e-6;
+
+/// FLOP per lane per clock of `f` (quantized weights; the rows hold no F16 run on these families, so dense
+/// weights are charged the same rate).
+pub fn lane_rate(f: LaneFamily) -> f64 {
+    match f {
+        LaneFamily::Dp4a => LANE_DP4A,
+        LaneFamily::RocmMfma => LANE_ROCM_MFMA,
+        LaneFamily::RocmWmmaRdna3 => LANE_ROCM_RDNA3,
+        LaneFamily::RocmWmmaRdna4 => LANE_ROCM_RDNA4,
+        LaneFamily::VulkanNvidia => LANE_VULKAN_NVIDIA,
+        LaneFamily::VulkanRdna3 => LANE_VULKAN_RDNA3,
+        LaneFamily::VulkanRdna4 => LANE_VULKAN_RDNA4,
+    }
+}
 
 /// Decode: peak-bandwidth time multipliers (1 / efficiency) by weight kind, for unified memory.
 const DECODE_Q4_0: f64 = 1.067;
@@ -164,6 +230,9 @@ pub fn prefill_rate(k: &GpuKernels, t: Dtype) -> f64 {
                 METAL_QUANT_SHARE
             };
             k.simd_flops * share
+        }
+        GpuBackend::Rocm | GpuBackend::Vulkan | GpuBackend::CudaDp4a => {
+            k.lanes.map_or(0.0, |(f, lanes)| lanes * lane_rate(f))
         }
     }
 }
@@ -219,8 +288,10 @@ pub fn decode_read(k: &GpuKernels, p: &DevicePerf, l: &DeviceLoad, kv_bytes: f64
 pub fn decode_overhead(k: &GpuKernels, l: &DeviceLoad) -> f64 {
     l.layers
         * match k.backend {
-            GpuBackend::Cuda => CUDA_LAYER_S,
+            GpuBackend::Cuda | GpuBackend::CudaDp4a => CUDA_LAYER_S,
             GpuBackend::Metal => METAL_LAYER_S,
+            GpuBackend::Rocm => ROCM_LAYER_S,
+            GpuBackend::Vulkan => VULKAN_LAYER_S,
         }
 }
 
@@ -238,6 +309,7 @@ mod tests {
             fp16_tensor_flops: 330.3e12,
             simd_flops: 0.0,
             board_power_w: 0.0,
+            lanes: None,
             prefill: true,
             decode: true,
         }
@@ -301,5 +373,37 @@ mod tests {
             ..DeviceLoad::default()
         };
         assert!((decode_overhead(&cuda(), &l) - 32.0 * CUDA_LAYER_S).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rocm_vulkan_and_pascal_prefill_is_charged_per_lane_of_the_kernel_family() {
+        // RX 7900 XTX: 96 CUs x 64 lanes x 2.498 GHz; RDNA 3 WMMA on ROCm, the cooperative-matrix shaders on Vulkan.
+        let lanes = 96.0 * 64.0 * 2.498e9;
+        let k = GpuKernels {
+            backend: GpuBackend::Rocm,
+            lanes: Some((LaneFamily::RocmWmmaRdna3, lanes)),
+            ..cuda()
+        };
+        let q4 = Dtype::Ggml(GgmlType::Q4_0);
+        assert!((prefill_rate(&k, q4) - lanes * LANE_ROCM_RDNA3).abs() < 1.0);
+        let v = GpuKernels {
+            backend: GpuBackend::Vulkan,
+            lanes: Some((LaneFamily::VulkanRdna3, lanes)),
+            ..k
+        };
+        assert!((prefill_rate(&v, q4) - lanes * LANE_VULKAN_RDNA3).abs() < 1.0);
+        let l = DeviceLoad {
+            layers: 32.0,
+            ..DeviceLoad::default()
+        };
+        assert!((decode_overhead(&k, &l) - 32.0 * ROCM_LAYER_S).abs() < 1e-12);
+        assert!((decode_overhead(&v, &l) - 32.0 * VULKAN_LAYER_S).abs() < 1e-12);
+        // P40: dp4a on 30 SMs x 128 lanes x 1.531 GHz.
+        let p = GpuKernels {
+            backend: GpuBackend::CudaDp4a,
+            lanes: Some((LaneFamily::Dp4a, 30.0 * 128.0 * 1.531e9)),
+            ..cuda()
+        };
+        assert!((prefill_rate(&p, q4) - 30.0 * 128.0 * 1.531e9 * LANE_DP4A).abs() < 1.0);
     }
 }

@@ -192,6 +192,7 @@ fn nvml_devices(
             processes,
             unified_memory: false,
             gpu_working_set_bytes: None,
+            backend: None,
             source: Some(GpuSource::Nvml),
         };
         if details_for(&g) {
@@ -309,6 +310,7 @@ fn cuda_devices(notes: &mut Vec<String>) -> Vec<CudaDevice> {
                 processes: Vec::new(),
                 unified_memory: integrated,
                 gpu_working_set_bytes: None,
+                backend: None,
                 source: Some(GpuSource::CudaDriver),
             },
         });

@@ -112,6 +112,7 @@ pub fn apple_gpu(m: &MacSysctl, index: u32, available_bytes: u64) -> Gpu {
         processes: Vec::new(),
         unified_memory: true,
         gpu_working_set_bytes: m.gpu_wired_limit_bytes.map(|b| b.min(m.memory_bytes)),
+        backend: None,
         source: Some(GpuSource::Sysctl),
     }
 }

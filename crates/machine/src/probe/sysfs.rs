@@ -135,6 +135,7 @@ pub fn probe(root: &Path, first_index: u32, notes: &mut Vec<String>) -> Vec<Gpu>
             processes: Vec::new(),
             unified_memory: false,
             gpu_working_set_bytes: None,
+            backend: None,
             source: Some(GpuSource::Sysfs),
         });
         index = index.saturating_add(1);

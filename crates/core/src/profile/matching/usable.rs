@@ -157,6 +157,7 @@ pub fn gpu_from_profile(
         processes: Vec::new(),
         unified_memory: unified,
         gpu_working_set_bytes: None,
+        backend: None,
         source: Some(GpuSource::Fixture),
     })
 }

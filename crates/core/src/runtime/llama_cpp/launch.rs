@@ -153,12 +153,18 @@ pub fn rope_extension(model: &ModelSpec, context_per_sequence: u32) -> Option<Ro
 }
 
 /// How a GPU kind maps to llama.cpp: the device kind, llama.cpp's device
-/// name prefix (ggml `GGML_CUDA_NAME` "CUDA"/"ROCm", `GGML_METAL_NAME` "MTL") and the environment variable that
-/// restricts the process to the planned devices.
+/// name prefix (ggml `GGML_CUDA_NAME` "CUDA"/"ROCm", `GGML_METAL_NAME` "MTL", `GGML_VK_NAME` "Vulkan" in
+/// ggml-vulkan.h) and the environment variable that restricts the process to the planned devices (ggml-vulkan.cpp
+/// reads `GGML_VK_VISIBLE_DEVICES`, a list of Vulkan device indices).
 const BACKENDS: &[(DeviceKind, &str, Option<&str>)] = &[
     (DeviceKind::Cuda, "CUDA", Some("CUDA_VISIBLE_DEVICES")),
     (DeviceKind::Rocm, "ROCm", Some("HIP_VISIBLE_DEVICES")),
     (DeviceKind::Metal, "MTL", None),
+    (
+        DeviceKind::Vulkan,
+        "Vulkan",
+        Some("GGML_VK_VISIBLE_DEVICES"),
+    ),
 ];
 
 /// The llama-server command line for a plan, with the environment that pins the planned GPUs.

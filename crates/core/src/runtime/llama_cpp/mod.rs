@@ -113,7 +113,7 @@ fn trained_context(model: &ModelSpec) -> Result<u32, PlanError> {
 }
 
 /// The GPUs llama-server drives on `fleet`, in the fleet's order, and why the others are left out: Intel GPUs
-/// (SYCL) never, and of CUDA, ROCm and Metal only the backend whose GPUs hold the most free memory (one
+/// (SYCL) never, and of CUDA, ROCm, Metal and Vulkan only the backend whose GPUs hold the most free memory (one
 /// llama-server process drives one GPU backend). `resolve` plans on these and `estimate` estimates on these, so
 /// the two see the same devices with the same capacity.
 pub fn drivable_gpus(fleet: &crate::fleet::Fleet) -> (Vec<&FleetGpu>, Vec<String>) {
@@ -148,7 +148,12 @@ pub fn drivable_gpus(fleet: &crate::fleet::Fleet) -> (Vec<&FleetGpu>, Vec<String
         ));
     }
     // One GPU backend per llama-server process: plan the backend with the most free memory, list the others.
-    let chosen = [DeviceKind::Cuda, DeviceKind::Rocm, DeviceKind::Metal]
+    let chosen = [
+        DeviceKind::Cuda,
+        DeviceKind::Rocm,
+        DeviceKind::Metal,
+        DeviceKind::Vulkan,
+    ]
         .into_iter()
         .max_by_key(|k| {
             drivable

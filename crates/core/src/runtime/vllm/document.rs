@@ -50,7 +50,10 @@ impl Vllm<'_> {
                 )
                 .into(),
                 pipeline_parallel_size: (p.pp > 1).then_some(p.pp),
-                nnodes: (p.pp > 1).then_some(p.pp),
+                nnodes: (p.nnodes > 1).then_some(p.nnodes),
+                data_parallel_size: p.ep.then_some(p.dp),
+                data_parallel_size_local: p.ep.then(|| p.dp / p.nnodes.max(1)),
+                enable_expert_parallel: p.ep.then_some(true),
             },
             m,
         )
@@ -232,6 +235,16 @@ impl Vllm<'_> {
                     })
                 })
                 .collect()
+        } else if p.nnodes > 1 {
+            (0..p.nnodes)
+                .flat_map(|node| {
+                    gpu_ids.iter().map(move |d| Stage {
+                        device: format!("node{node}/{d}"),
+                        layers: Some([0, self.n_layer - 1]),
+                        output_layer: true,
+                    })
+                })
+                .collect()
         } else {
             gpu_ids
                 .iter()
@@ -255,7 +268,7 @@ impl Vllm<'_> {
         } else {
             String::new()
         };
-        if p.pp <= 1 {
+        if p.nnodes <= 1 {
             put(
                 "topology",
                 Source::Computed,
@@ -277,11 +290,16 @@ impl Vllm<'_> {
         }
         if p.pp > 1 {
             self.pipeline_provenance(c, &mut prov);
+        } else if p.nnodes > 1 {
+            self.across_provenance(c, &mut prov);
+        }
+        if p.nnodes > 1 {
+            self.layout_alternatives(c, &mut prov);
         }
         let topology = Topology {
             nodes: fleet.nodes,
-            data_parallel: if p.pp > 1 {
-                fleet.nodes / p.pp
+            data_parallel: if p.nnodes > 1 {
+                fleet.nodes / p.nnodes * p.dp.max(1)
             } else {
                 fleet.nodes.saturating_mul(p.replicas)
             },
@@ -290,7 +308,12 @@ impl Vllm<'_> {
             stages,
         };
         let model_dir = launch::model_dir(self.req.model, self.req.model_path);
-        let all_gpus: Vec<crate::fleet::DeviceId> = (0..(p.tp * p.replicas) as usize)
+        let per_node = if p.nnodes > 1 {
+            self.gpus.len()
+        } else {
+            (p.tp * p.replicas) as usize
+        };
+        let all_gpus: Vec<crate::fleet::DeviceId> = (0..per_node)
             .filter(|&i| i < self.gpus.len())
             .map(|i| self.gpus[i].id)
             .collect();

@@ -87,9 +87,18 @@ pub fn vllm_serve(
     if let Some(pp) = s.pipeline_parallel_size {
         flag("--pipeline-parallel-size", pp.to_string());
     }
-    if s.replicas_per_node > 1 {
+    if let Some(dp) = s.data_parallel_size {
+        flag("--data-parallel-size", dp.to_string());
+    } else if s.replicas_per_node > 1 {
         flag("--data-parallel-size", s.replicas_per_node.to_string());
     }
+    if s.enable_expert_parallel == Some(true) {
+        a.push("--enable-expert-parallel".into());
+    }
+    let mut flag = |k: &str, v: String| {
+        a.push(k.into());
+        a.push(v);
+    };
     flag("--dtype", s.dtype.clone());
     if let Some(q) = &s.quantization {
         flag("--quantization", q.clone());
@@ -220,7 +229,15 @@ pub fn artifacts(
     let allow_long = derived_max_model_len(model).is_some_and(|d| u64::from(s.max_model_len) > d);
     let serve = with_pooling(vllm_serve(model_dir, s, gpus, allow_long), pooling);
     if let Some(nnodes) = s.nnodes.filter(|&n| n > 1) {
-        return multinode_artifacts(&serve, nnodes, gpus, gpu_names, cpus, image);
+        return multinode_artifacts(
+            &serve,
+            nnodes,
+            s.data_parallel_size_local,
+            gpus,
+            gpu_names,
+            cpus,
+            image,
+        );
     }
     let k8s = kubernetes(&serve, gpus, gpu_names, cpus, image);
     vec![serve, k8s]
@@ -228,10 +245,16 @@ pub fn artifacts(
 
 /// A server spanning `nnodes` nodes: one `vllm serve` command per node rank (rank 0 serves the API, the others
 /// run `--headless`; [`multinode::node_args`]), each on the node's planned GPUs, and a LeaderWorkerSet that
-/// runs the group on Kubernetes ([`crate::emit::lws`]).
+/// runs the group on Kubernetes ([`crate::emit::lws`]). `dp_local`: the data-parallel engines per node of an
+/// expert-parallel group ([`super::expert::dp_node_args`]).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is one independent input of the launch; a struct would only rename them"
+)]
 fn multinode_artifacts(
     serve: &Artifact,
     nnodes: u32,
+    dp_local: Option<u32>,
     gpus: &[DeviceId],
     gpu_names: &[&str],
     cpus: u32,
@@ -247,6 +270,9 @@ fn multinode_artifacts(
             LEADER_ADDRESS,
             rank > 0,
         ));
+        if let Some(local) = dp_local {
+            argv.extend(super::expert::dp_node_args(local, LEADER_ADDRESS));
+        }
         let name = if rank == 0 {
             "vllm".to_string()
         } else {
@@ -281,6 +307,9 @@ fn multinode_artifacts(
             "$(LWS_LEADER_ADDRESS)",
             headless,
         ));
+        if let Some(local) = dp_local {
+            a.extend(super::expert::dp_node_args(local, "$(LWS_LEADER_ADDRESS)"));
+        }
         a
     };
     let image = image.map_or_else(default_image, str::to_string);

@@ -19,10 +19,12 @@
 //!   the settings, but not pinned on the command line: vLLM checks head size, dtype and KV type combinations we do
 //!   not model, and a pinned backend it rejects would stop the server from starting.
 
+mod across;
 pub mod admission;
 mod choose;
 mod document;
 pub mod estimate;
+pub mod expert;
 pub mod launch;
 pub mod multinode;
 mod space;
@@ -53,8 +55,16 @@ const EAGER_LAUNCH_PER_LAYER_S: f64 = 50e-6;
 pub struct Point {
     /// `--tensor-parallel-size`.
     pub tp: u32,
-    /// `--pipeline-parallel-size`: nodes one replica spans (a stage per node; 1 on one node).
+    /// `--pipeline-parallel-size`: a stage per node when a replica spans nodes (1 on one node).
     pub pp: u32,
+    /// Nodes one replica spans (`--nnodes`; 1 on one node): `pp` for a pipeline, more than one for tensor
+    /// parallel or expert parallel across nodes.
+    pub nnodes: u32,
+    /// `--data-parallel-size` of an expert-parallel layout across nodes (1 otherwise; a node's own replicas are
+    /// `replicas`).
+    pub dp: u32,
+    /// `--enable-expert-parallel`: routed experts spread whole over the `tp x dp` ranks ([`expert`]).
+    pub ep: bool,
     /// Indices into the runtime's GPUs: the first replica's group.
     pub gpus: Vec<usize>,
     /// Replicas on this node.
@@ -90,6 +100,10 @@ pub struct Vllm<'a> {
     pipelines: Vec<(u32, Vec<optimizer_model::ModelSpec>)>,
     /// The link between nodes one rank sends over ([`crate::perf::collective::fabric_link`]).
     fabric: Option<crate::perf::collective::Link>,
+    /// The layouts of one replica over the cluster's nodes ([`expert::layouts`]); empty on one node.
+    layouts: Vec<expert::Layout>,
+    /// The routed experts alone ([`expert::routed_experts`]), for expert-parallel layouts.
+    routed: Option<optimizer_model::ModelSpec>,
 }
 
 impl<'a> Vllm<'a> {
@@ -143,6 +157,36 @@ impl<'a> Vllm<'a> {
         let (max_num_batched_tokens, batched_why) = batched_tokens(gpus[0]);
         let mut warnings = warnings;
         let (pipelines, fabric) = pipelines(req, &gpus, &tp_sizes, n_layer, &mut warnings);
+        let (layouts, routed) = match fabric {
+            Some(link) => {
+                let per_node = gpus.len() as u32;
+                let moe = model.hparams.expert_count.is_some_and(|e| e > 0);
+                // Expert parallel at the smallest and the largest one-node tensor-parallel size: data-parallel
+                // attention (each engine its own KV cache) and the node's tensor-parallel group.
+                let node_tp: Vec<u32> = [tp_sizes.first(), tp_sizes.last()]
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .collect::<std::collections::BTreeSet<u32>>()
+                    .into_iter()
+                    .collect();
+                let pps: Vec<u32> = pipelines.iter().map(|(pp, _)| *pp).collect();
+                // Tensor parallel across nodes runs two all-reduces per layer over the fabric, each bound by the
+                // network's fixed cost at decode: weighed only where the cluster file states it (latency_us).
+                let l = expert::layouts(fleet.nodes, per_node, &pps, &node_tp, moe, |tp| {
+                    link.latency_s > 0.0
+                        && ov.tensor_parallel.is_none()
+                        && mem::weights(model, tp, dtype).is_ok()
+                });
+                let routed = if moe {
+                    expert::routed_experts(model)
+                } else {
+                    None
+                };
+                (l, routed)
+            }
+            None => (Vec::new(), None),
+        };
         Ok(Vllm {
             req,
             gpus,
@@ -160,6 +204,8 @@ impl<'a> Vllm<'a> {
             warnings,
             pipelines,
             fabric,
+            layouts,
+            routed,
         })
     }
 
@@ -265,7 +311,18 @@ impl<'a> Vllm<'a> {
         len: u32,
     ) -> Result<PlanMemory, PlanError> {
         let params = self.params(p, len);
-        let nk = mem::non_kv(model, &params)?;
+        let mut nk = mem::non_kv(model, &params)?;
+        if p.ep
+            && let Some(routed) = &self.routed
+        {
+            expert::expert_parallel_weights(
+                routed,
+                &mut nk.weights,
+                p.tp,
+                p.tp * p.dp,
+                self.dtype,
+            )?;
+        }
         let kv = mem::kv(model, &params)?;
         let (cap, reserve, total) = self.group_room(&p.gpus);
         let non_kv = nk
@@ -330,7 +387,7 @@ fn pipelines(
     };
     if link.latency_s == 0.0 {
         warnings.push(
-            "the cluster file gives no fabric latency_us: pipeline hand-offs between nodes are priced by bandwidth alone".into(),
+            "the cluster file gives no fabric latency_us: pipeline hand-offs between nodes are priced by bandwidth alone, and tensor parallel across nodes (two all-reduces per layer over the fabric, bound by its fixed cost) is not weighed".into(),
         );
     }
     let out = (2..=nodes.min(n_layer))

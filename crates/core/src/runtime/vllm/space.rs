@@ -28,39 +28,59 @@ impl Runtime for Vllm<'_> {
             Size::Fixed(s) => s,
             Size::LargestFit { floor, .. } => floor,
         };
+        let n = self.gpus.len() as u32;
+        let point = |tp: u32, kv: KvCacheDtype, eager: bool| Point {
+            tp,
+            pp: 1,
+            nnodes: 1,
+            dp: 1,
+            ep: false,
+            gpus: (0..tp.min(n) as usize).collect(),
+            replicas: 1,
+            kv,
+            max_num_seqs: 1,
+            seqs_bound: SeqBound::Workload,
+            enforce_eager: eager,
+        };
+        // Layouts across nodes are planned when no node holds the model: then each is a ladder of its own, so
+        // every one that fits is fitted and the speed model chooses among them.
+        let across = !self.layouts.is_empty() && {
+            let top = self.tp_sizes.last().copied().unwrap_or(1);
+            let (replicas, seqs) = self.replicas(top);
+            !self.kv_types.iter().any(|(kv, _)| {
+                let p = Point {
+                    replicas,
+                    max_num_seqs: seqs,
+                    ..point(top, *kv, false)
+                };
+                self.evaluate(&p, len).is_ok_and(|e| e.fits())
+            })
+        };
         let mut out = Vec::new();
         for eager in [false, true] {
             for (kv, _) in &self.kv_types {
-                // One node's tensor-parallel sizes, then (on a cluster) the node's GPUs at tensor parallel times
-                // 2, 3, ... nodes of pipeline: memory per GPU falls along the ladder.
-                let n = self.gpus.len() as u32;
-                let rungs = self
+                let one_node: Vec<Point> = self
                     .tp_sizes
                     .iter()
-                    .map(|&tp| (tp, 1))
-                    .chain(self.pipelines.iter().map(|(pp, _)| (n, *pp)));
-                let ladder: Vec<Point> = rungs
-                    .map(|(tp, pp)| {
-                        let (replicas, seqs) = if pp > 1 {
-                            (1, self.concurrency.max(1))
-                        } else {
-                            self.replicas(tp)
-                        };
+                    .map(|&tp| {
+                        let (replicas, seqs) = self.replicas(tp);
                         let base = Point {
-                            tp,
-                            pp,
-                            gpus: (0..tp as usize).collect(),
                             replicas,
-                            kv: *kv,
                             max_num_seqs: seqs,
-                            seqs_bound: SeqBound::Workload,
-                            enforce_eager: eager,
+                            ..point(tp, *kv, eager)
                         };
                         self.choose_seqs(&base, len).0
                     })
                     .collect();
-                if !ladder.is_empty() {
-                    out.push(ladder);
+                if !across {
+                    if !one_node.is_empty() {
+                        out.push(one_node);
+                    }
+                    continue;
+                }
+                for layout in &self.layouts {
+                    let base = self.layout_point(layout, point(1, *kv, eager));
+                    out.push(vec![self.choose_seqs(&base, len).0]);
                 }
             }
         }
@@ -106,11 +126,20 @@ impl Runtime for Vllm<'_> {
         let total_bytes = per_gpu
             .saturating_mul(u64::from(p.tp))
             .saturating_mul(u64::from(p.pp.max(1)))
+            .saturating_mul(u64::from(p.dp.max(1)))
             .saturating_mul(u64::from(p.replicas));
         if p.pp > 1 {
             return self.evaluate_pipeline(p, len, &m, memory, total_bytes);
         }
-        let load = self.load(self.req.model, p, &m);
+        // Across nodes a step's routed-expert reads follow its tokens (every engine's under expert parallel);
+        // one node keeps the one-token share its plans were measured against.
+        let n = p.max_num_seqs.max(1) as f64;
+        let moe_tokens = if p.nnodes > 1 {
+            n * f64::from(p.dp.max(1))
+        } else {
+            1.0
+        };
+        let load = self.load(self.req.model, p, &m, moe_tokens);
         let gperf = self.gpus[p.gpus[0]].perf();
         let shape = Shape {
             prompt_tokens: w.prompt_tokens,
@@ -120,8 +149,7 @@ impl Runtime for Vllm<'_> {
         };
         let pairs = [(gperf.clone(), load.clone())];
         let mut pred = perf::predict(&pairs, shape);
-        // Tensor-parallel all-reduces and eager kernel launches add to every step.
-        let n = p.max_num_seqs.max(1) as f64;
+        // Tensor-parallel all-reduces, expert dispatch and combine, and eager kernel launches add to every step.
         let mut step = pred.time_per_output_token_ms / 1e3 + self.comm_seconds(p, n);
         if p.enforce_eager {
             step += EAGER_LAUNCH_PER_LAYER_S * f64::from(self.n_layer);
@@ -130,8 +158,9 @@ impl Runtime for Vllm<'_> {
         let prefill_s = prompt / pred.prefill_tokens_per_s.max(f64::MIN_POSITIVE)
             + self.comm_seconds(p, prompt);
         pred.time_per_output_token_ms = step * 1e3;
-        pred.decode_tokens_per_s = n / step * f64::from(p.replicas);
-        pred.prefill_tokens_per_s = prompt / prefill_s * f64::from(p.replicas);
+        let engines = f64::from(p.replicas) * f64::from(p.dp.max(1));
+        pred.decode_tokens_per_s = n / step * engines;
+        pred.prefill_tokens_per_s = prompt / prefill_s * engines;
         pred.time_to_first_token_ms = (prefill_s + step) * 1e3;
         let knee = perf::decode_knee(&gperf, &load);
         let notes = Vec::new();
@@ -190,8 +219,22 @@ impl Runtime for Vllm<'_> {
         Some((r.min_gain?, r.id.clone()))
     }
 
+    /// One group per layout (one node, pipeline, tensor parallel across nodes, expert parallel) and size, so the
+    /// alternatives show each layout across nodes the speed model weighed.
     fn group(&self, p: &Point) -> (u8, usize) {
-        (u8::from(p.enforce_eager), (p.tp * p.pp.max(1)) as usize)
+        let layout: u8 = if p.ep {
+            3
+        } else if p.pp > 1 {
+            1
+        } else if p.nnodes > 1 {
+            2
+        } else {
+            0
+        };
+        (
+            u8::from(p.enforce_eager) + 2 * layout,
+            (p.tp * p.pp.max(1) * p.dp.max(1)) as usize,
+        )
     }
 
     fn summary(&self, c: &Candidate<Point>) -> (Settings, Vec<String>) {
@@ -207,17 +250,28 @@ impl Runtime for Vllm<'_> {
     }
 
     fn label(&self, c: &Candidate<Point>) -> String {
-        let pp = if c.point.pp > 1 {
-            format!(" x pipeline parallel {} (nodes)", c.point.pp)
+        let p = &c.point;
+        let pp = if p.pp > 1 {
+            format!(" x pipeline parallel {} (nodes)", p.pp)
+        } else if p.ep {
+            format!(
+                " x data parallel {} over {} nodes, expert parallel {}",
+                p.dp,
+                p.nnodes,
+                p.tp * p.dp
+            )
+        } else if p.nnodes > 1 {
+            format!(" across {} nodes", p.nnodes)
         } else {
             String::new()
         };
         format!(
-            "tensor parallel {}{pp}, KV {}, --max-model-len {} x {} sequences{}",
+            "tensor parallel {}{pp}, KV {}, --max-model-len {} x {} sequences{}{}",
             c.point.tp,
             self.variant(&c.point),
             c.size,
             c.point.max_num_seqs,
+            if p.dp > 1 { " per engine" } else { "" },
             if c.point.enforce_eager { ", eager" } else { "" }
         )
     }
@@ -267,7 +321,7 @@ impl Runtime for Vllm<'_> {
                 near.size
             ));
         }
-        if !self.tp_sizes.iter().any(|&t| t > near.point.tp) && near.point.pp >= self.max_pp() {
+        if !self.tp_sizes.iter().any(|&t| t > near.point.tp) && near.point.nnodes >= self.max_pp() {
             s.push(format!(
                 "other hardware, more GPUs: its weights take {:.2} GiB per GPU at tensor parallel {}",
                 gib(m.nk.weights.per_rank_bytes),

@@ -27,8 +27,15 @@ pub(super) struct PipelineSpeed {
 }
 
 impl Vllm<'_> {
-    /// What one rank of the group reads and computes per token.
-    pub(super) fn load(&self, model: &ModelSpec, p: &Point, m: &PlanMemory) -> DeviceLoad {
+    /// What one rank of the group reads and computes per token; a step of `moe_tokens` tokens reads the routed
+    /// experts they activate ([`super::expert::activated_share`]; 1: the share one token routes to).
+    pub(super) fn load(
+        &self,
+        model: &ModelSpec,
+        p: &Point,
+        m: &PlanMemory,
+        moe_tokens: f64,
+    ) -> DeviceLoad {
         let h = &model.hparams;
         let n_layer = h
             .block_count
@@ -36,25 +43,49 @@ impl Vllm<'_> {
             .unwrap_or(self.n_layer);
         let tp = f64::from(p.tp);
         let experts = h.expert_count.unwrap_or(0);
-        let share = if experts > 0 {
-            h.expert_used_count.unwrap_or(experts) as f64 / experts as f64
-        } else {
+        let used = h.expert_used_count.unwrap_or(experts);
+        let share = if experts == 0 {
             1.0
+        } else if moe_tokens <= 1.0 {
+            used as f64 / experts as f64
+        } else {
+            super::expert::activated_share(used, experts, moe_tokens)
         };
         let mut l = DeviceLoad {
             layers: f64::from(n_layer),
             ..DeviceLoad::default()
         };
         let total_bytes = model.tensor_bytes().max(1) as f64;
-        // Spread the rank's exact weight bytes over the tensors in proportion to their file bytes.
-        let scale = m.nk.weights.per_rank_bytes as f64 / total_bytes;
+        // Spread the rank's exact weight bytes over the tensors in proportion to their file bytes; under expert
+        // parallel, each routed tensor by the share of the experts the rank holds, the rest by what is left.
+        let mut scale = m.nk.weights.per_rank_bytes as f64 / total_bytes;
+        let mut routed_scale = scale;
+        if p.ep && experts > 0 {
+            let routed_file: u64 = model
+                .tensors
+                .iter()
+                .filter(|t| super::expert::is_routed_expert(&t.name))
+                .map(|t| t.bytes)
+                .sum();
+            routed_scale =
+                super::expert::experts_per_rank(experts, p.tp * p.dp) as f64 / experts as f64;
+            let rest = (total_bytes - routed_file as f64).max(1.0);
+            scale = (m.nk.weights.per_rank_bytes as f64 - routed_file as f64 * routed_scale)
+                .max(0.0)
+                / rest;
+        }
         for t in &model.tensors {
             if t.role == Role::QuantState {
                 continue;
             }
             let output = t.role == Role::Output;
             let routed = if t.role == Role::Expert { share } else { 1.0 };
-            let bytes = t.bytes as f64 * scale;
+            let bytes = t.bytes as f64
+                * if p.ep && super::expert::is_routed_expert(&t.name) {
+                    routed_scale
+                } else {
+                    scale
+                };
             // The token-embedding lookup reads one row: no matmul, negligible bytes.
             if t.role == Role::Embedding && !h.tied_embeddings {
                 l.weight_bytes_resident += bytes;
@@ -80,21 +111,33 @@ impl Vllm<'_> {
         l
     }
 
-    /// Seconds of the all-reduces one forward step of `tokens` tokens spends on a TP group.
+    /// Seconds of the collectives one forward step of `tokens` tokens (per engine) spends: the tensor-parallel
+    /// group's all-reduces (over the fabric when the group spans nodes), and under expert parallel each MoE
+    /// layer's dispatch and combine over the data-parallel group ([`collective::ep_layer_seconds`]).
     pub(super) fn comm_seconds(&self, p: &Point, tokens: f64) -> f64 {
-        if p.tp <= 1 {
-            return 0.0;
-        }
-        let link = self.link(p);
         let hidden = self.req.model.hparams.embedding_length.unwrap_or(0);
-        perf::collective::tp_step_seconds(
-            &link,
-            p.tp,
-            self.n_layer,
-            tokens.ceil() as u64,
-            hidden,
-            self.dtype.bytes(),
-        )
+        let tokens = tokens.ceil() as u64;
+        let dt = self.dtype.bytes();
+        let mut s = 0.0;
+        if p.tp > 1 {
+            let link = match self.fabric {
+                Some(f) if p.tp > self.gpus.len() as u32 => collective::fabric_collective_link(&f),
+                _ => self.link(p),
+            };
+            s += perf::collective::tp_step_seconds(&link, p.tp, self.n_layer, tokens, hidden, dt);
+        }
+        if p.ep
+            && p.dp > 1
+            && let Some(f) = self.fabric
+        {
+            let h = &self.req.model.hparams;
+            let moe_layers = h.expert_layers.iter().filter(|&&e| e).count() as f64;
+            let experts = h.expert_count.unwrap_or(0);
+            let link = collective::fabric_collective_link(&f);
+            s +=
+                moe_layers * collective::ep_layer_seconds(&link, p.dp, tokens, hidden, experts, dt);
+        }
+        s
     }
 
     /// The link the group all-reduces over: NVLink on boards that have it built in, else PCIe (3.0 x16 when
@@ -105,6 +148,30 @@ impl Vllm<'_> {
 }
 
 impl Vllm<'_> {
+    /// The point of a layout across nodes (`base` gives the KV type and CUDA graphs): the node's GPUs, the
+    /// workload's sequences over the replica (per engine under expert parallel).
+    pub(super) fn layout_point(&self, layout: &super::expert::Layout, base: Point) -> Point {
+        use super::expert::Layout;
+        let n = self.gpus.len();
+        let seqs = self.concurrency.max(1);
+        let (tp, pp, dp, nnodes, ep) = match *layout {
+            Layout::Pipeline { tp, pp } => (tp, pp, 1, pp, false),
+            Layout::TensorAcross { tp, nnodes } => (tp, 1, 1, nnodes, false),
+            Layout::Expert { tp, dp, nnodes } => (tp, 1, dp, nnodes, true),
+        };
+        Point {
+            tp,
+            pp,
+            nnodes,
+            dp,
+            ep,
+            gpus: (0..n).collect(),
+            replicas: 1,
+            max_num_seqs: seqs.div_ceil(dp).max(1),
+            ..base
+        }
+    }
+
     /// The most nodes a pipeline of this plan may span (1 on one node).
     pub(super) fn max_pp(&self) -> u32 {
         self.pipelines.iter().map(|(pp, _)| *pp).max().unwrap_or(1)
@@ -128,7 +195,7 @@ impl Vllm<'_> {
         let n = p.max_num_seqs.max(1);
         let micro_batches = n.min(p.pp.max(1));
         let per_batch = n.div_ceil(micro_batches);
-        let load = self.load(stage, p, &sm);
+        let load = self.load(stage, p, &sm, f64::from(per_batch));
         let gperf = self.gpus[p.gpus[0]].perf();
         let shape = Shape {
             prompt_tokens: w.prompt_tokens,
@@ -183,7 +250,7 @@ impl Vllm<'_> {
         })?;
         let (stage, sm) = self.pace_stage(p, len).expect("priced above");
         let gperf = self.gpus[p.gpus[0]].perf();
-        let load = self.load(stage, p, &sm);
+        let load = self.load(stage, p, &sm, f64::from(s.per_batch));
         let pp = f64::from(p.pp);
         let prompt = self.workload().prompt_tokens.max(1) as f64;
         let ttft = pp * s.prefill_stage_s + (pp - 1.0) * s.prefill_send_s + s.cycle_s;
