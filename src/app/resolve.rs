@@ -144,19 +144,17 @@ pub fn resolve_loaded(
     }
     // One matching of devices to profiles: the store is asked about the fleet's devices, and the planner plans
     // on the same fleet.
-    let mut fleet = crate::fleet::build(
-        &inv,
-        set,
-        plan::runtime_for(spec, workload, &req.overrides),
-    )
-    .map_err(|e| {
-        plan_failure(
-            PlanError::Profile(e.0),
-            &req.model,
-            source,
-            crate::profile::RuntimeId::Any,
-        )
-    })?;
+    let mut fleet =
+        crate::fleet::build(&inv, set, plan::runtime_for(spec, workload, &req.overrides)).map_err(
+            |e| {
+                plan_failure(
+                    PlanError::Profile(e.0),
+                    &req.model,
+                    source,
+                    crate::profile::RuntimeId::Any,
+                )
+            },
+        )?;
     fleet.nodes = nodes;
     if let Some(t) = &req.overrides.kv_type
         && fleet.runtime == crate::profile::RuntimeId::Torch
@@ -336,9 +334,7 @@ fn idle_gpus(doc: &Deployment, inv: &Inventory) -> Option<String> {
 }
 
 /// The node type of a cluster and how many nodes it has: a plan covers identical nodes (one replica each).
-fn cluster_node(
-    path: &Path,
-) -> Result<(Inventory, u32, Option<crate::hardware::Fabric>), Failure> {
+fn cluster_node(path: &Path) -> Result<(Inventory, u32, Option<crate::hardware::Fabric>), Failure> {
     use crate::hardware::InventoryError;
     let cluster = crate::hardware::load_cluster(path).map_err(|e| match &e {
         InventoryError::Io { source, .. } => {

@@ -154,15 +154,15 @@ pub fn drivable_gpus(fleet: &crate::fleet::Fleet) -> (Vec<&FleetGpu>, Vec<String
         DeviceKind::Metal,
         DeviceKind::Vulkan,
     ]
-        .into_iter()
-        .max_by_key(|k| {
-            drivable
-                .iter()
-                .filter(|g| g.id.kind == *k)
-                .map(|g| g.capacity_bytes)
-                .sum::<u64>()
-        })
-        .filter(|k| drivable.iter().any(|g| g.id.kind == *k));
+    .into_iter()
+    .max_by_key(|k| {
+        drivable
+            .iter()
+            .filter(|g| g.id.kind == *k)
+            .map(|g| g.capacity_bytes)
+            .sum::<u64>()
+    })
+    .filter(|k| drivable.iter().any(|g| g.id.kind == *k));
     let gpus: Vec<&FleetGpu> = drivable
         .into_iter()
         .filter(|g| {
