@@ -1,6 +1,6 @@
 //! Benchmarking a running OpenAI-compatible server (llama-server, vLLM, Ollama): time to first token, time per
 //! output token and aggregate decode throughput at a few concurrencies, over `POST /v1/completions` (or
-//! `/v1/chat/completions`) with `"stream": true`. Touches the network (plain HTTP/1.1 on `std::net::TcpStream`)
+//! `/v1/chat/completions`) with `"stream": true`. Touches the network (plain HTTP/1.1 through `ureq`, in `http`)
 //! and the clock; writes nothing. [`measurements`] turns a [`Report`] into store rows for the deployment the
 //! server was started from.
 //!

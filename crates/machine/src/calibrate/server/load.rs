@@ -2,14 +2,13 @@
 //! thread and connection per request in flight), the prompts and request bodies, and the timing of one streamed
 //! request.
 
-use std::io;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::http::{Body, excerpt, exchange, map_io, next_event, small_body, status_error};
+use super::http::{excerpt, exchange, next_event, small_body, status_error, stream};
 use super::stats::{Report, Sample, summarize};
 use super::{BenchError, Config, EXCERPT_CHARS, MAX_PROMPT_TOKENS};
 
@@ -208,20 +207,17 @@ fn one(
 ) -> Result<Sample, BenchError> {
     let k = counter.fetch_add(1, Ordering::Relaxed);
     let body = request_body(cfg, model, prompt(cfg, k, words));
-    let path = cfg.path();
-    let url = cfg.endpoint.full(path);
     let limit = cfg.request_limit(in_flight);
     let start = Instant::now();
-    let (head, reader) = exchange(cfg, "POST", path, &body, limit)?;
-    let map = |e: io::Error, events: u64| map_io(e, &url, "while streaming", limit, events);
-    let mut body = Body::new(reader, &head);
+    let (call, head, body) = exchange(cfg, "POST", cfg.path(), &body, limit)?;
+    let url = call.url.clone();
     if head.status != 200 {
-        return Err(status_error(&url, &head, &mut body));
+        return Err(status_error(&call, &head, body));
     }
     if let Some(ct) = &head.content_type
         && !ct.to_ascii_lowercase().starts_with("text/event-stream")
     {
-        let excerpt = small_body(&mut body).map_or_else(|_| String::new(), |b| excerpt(&b));
+        let excerpt = small_body(body).map_or_else(|_| String::new(), |b| excerpt(&b));
         return Err(BenchError::Malformed {
             url,
             why: format!(
@@ -241,8 +237,10 @@ fn one(
     };
     let mut events = 0u64;
     let mut line = Vec::new();
+    let mut body = stream(body);
     loop {
-        let data = next_event(&mut body, &mut line).map_err(|e| map(e, events))?;
+        let data = next_event(&mut body, &mut line)
+            .map_err(|e| call.error(e, "while streaming", events))?;
         let Some(data) = data else {
             return Err(BenchError::Truncated {
                 url,
@@ -356,16 +354,11 @@ fn one(
 /// The first model `GET /v1/models` lists: `Ok(Err(why))` when the server has no such list; `Err` when it cannot
 /// be reached at all (nothing else would work either).
 fn first_model(cfg: &Config) -> Result<Result<String, String>, BenchError> {
-    let path = "/v1/models";
-    let url = cfg.endpoint.full(path);
-    let limit = cfg.timeouts.idle;
-    let (head, reader) = exchange(cfg, "GET", path, &[], limit)?;
-    let mut body = Body::new(reader, &head);
+    let (call, head, body) = exchange(cfg, "GET", "/v1/models", &[], cfg.timeouts.idle)?;
     if head.status != 200 {
         return Ok(Err(format!("answered HTTP {}", head.status)));
     }
-    let text =
-        small_body(&mut body).map_err(|e| map_io(e, &url, "reading the model list", limit, 0))?;
+    let text = small_body(body).map_err(|e| call.error(e, "reading the model list", 0))?;
     let v: Value = match serde_json::from_slice(&text) {
         Ok(v) => v,
         Err(e) => return Ok(Err(format!("is not JSON ({e})"))),

@@ -1,23 +1,55 @@
 //! Unit tests of the server benchmark: URL parsing, HTTP de-framing, event parsing, statistics and deadlines.
 
-use super::http::{Body, Framing, Head, next_event, read_head};
+use super::http::{exchange, next_event, stream};
 use super::*;
-use std::io::{Cursor, Read};
+use std::io::{Cursor, Read, Write};
+use std::net::{Ipv4Addr, TcpListener};
 
-fn head(framing: Framing) -> Head {
-    Head {
-        status: 200,
-        reason: "OK".into(),
-        content_type: None,
-        framing,
+/// A config for a loopback responder that answers one connection with `raw`, as it is, then closes it.
+fn answering(raw: &[u8]) -> Config {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let raw = raw.to_vec();
+    std::thread::spawn(move || {
+        let Ok((mut conn, _)) = listener.accept() else {
+            return;
+        };
+        // The request head (a GET: no body), then the answer.
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        while !seen.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+            seen.push(byte[0]);
+        }
+        let _ = conn.write_all(&raw);
+    });
+    Config {
+        endpoint: Endpoint::parse(&format!("http://{addr}")).unwrap(),
+        chat: false,
+        served_model: None,
+        prompt_tokens: 1,
+        max_tokens: 1,
+        concurrency: vec![1],
+        requests: 1,
+        warmup: 0,
+        strict_openai: false,
+        token_ids: false,
+        timeouts: Timeouts::new(Duration::from_secs(10)),
     }
 }
 
-fn body_of(bytes: &[u8], framing: Framing) -> io::Result<Vec<u8>> {
-    let mut b = Body::new(Cursor::new(bytes.to_vec()), &head(framing));
+/// The status, content type and body of the answer `raw`, or the benchmark error it ends in.
+fn fetch(raw: &[u8]) -> Result<(u16, Option<String>, Vec<u8>), BenchError> {
+    let cfg = answering(raw);
+    let (call, head, body) = exchange(&cfg, "GET", "/x", &[], Duration::from_secs(10))?;
     let mut out = Vec::new();
-    b.read_to_end(&mut out)?;
-    Ok(out)
+    stream(body)
+        .read_to_end(&mut out)
+        .map_err(|e| call.error(e, "while streaming", 0))?;
+    Ok((head.status, head.content_type, out))
+}
+
+fn body_of(raw: &[u8]) -> Result<Vec<u8>, BenchError> {
+    fetch(raw).map(|(_, _, body)| body)
 }
 
 #[test]
@@ -86,56 +118,71 @@ fn control_characters_and_spaces_in_a_url_are_refused() {
 
 #[test]
 fn chunked_bodies_are_deframed_with_extensions_and_trailers() {
-    let raw = b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n";
-    assert_eq!(body_of(raw, Framing::Chunked).unwrap(), b"hello, world");
+    let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let raw = [
+        &chunked[..],
+        b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n",
+    ]
+    .concat();
+    assert_eq!(body_of(&raw).unwrap(), b"hello, world");
     // Hex sizes above 9.
-    let mut raw = b"1a\r\n".to_vec();
+    let mut raw = [&chunked[..], b"1a\r\n"].concat();
     raw.extend_from_slice(&[b'x'; 26]);
     raw.extend_from_slice(b"\r\n0\r\n\r\n");
-    assert_eq!(body_of(&raw, Framing::Chunked).unwrap().len(), 26);
+    assert_eq!(body_of(&raw).unwrap().len(), 26);
 }
 
 #[test]
 fn malformed_chunked_bodies_are_errors_of_their_kind() {
-    for (raw, kind) in [
-        (&b"zz\r\nhello\r\n0\r\n\r\n"[..], io::ErrorKind::InvalidData),
-        (b"3\r\nhello\r\n0\r\n\r\n", io::ErrorKind::InvalidData),
-        (b"5\r\nhel", io::ErrorKind::UnexpectedEof),
-        (b"5\r\nhello\r\n", io::ErrorKind::UnexpectedEof),
-        (b"11111111111111111\r\n", io::ErrorKind::InvalidData),
+    let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (body, truncated) in [
+        (&b"zz\r\nhello\r\n0\r\n\r\n"[..], false),
+        (b"3\r\nhello\r\n0\r\n\r\n", false),
+        (b"5\r\nhel", true),
+        (b"5\r\nhello\r\n", true),
+        (b"11111111111111111\r\n", false),
     ] {
-        let e = body_of(raw, Framing::Chunked).unwrap_err();
-        assert_eq!(e.kind(), kind, "{:?}: {e}", String::from_utf8_lossy(raw));
+        let e = body_of(&[&chunked[..], body].concat()).unwrap_err();
+        let what = format!("{:?}: {e}", String::from_utf8_lossy(body));
+        if truncated {
+            assert!(matches!(e, BenchError::Truncated { .. }), "{what}");
+        } else {
+            assert!(matches!(e, BenchError::Malformed { .. }), "{what}");
+        }
     }
 }
 
 #[test]
 fn content_length_bodies_stop_at_the_length_and_short_ones_are_truncated() {
     assert_eq!(
-        body_of(b"hello, world", Framing::Length(5)).unwrap(),
+        body_of(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello, world").unwrap(),
         b"hello"
     );
-    assert_eq!(body_of(b"", Framing::Length(0)).unwrap(), b"");
-    let e = body_of(b"hel", Framing::Length(5)).unwrap_err();
-    assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
-    assert_eq!(body_of(b"to the end", Framing::Eof).unwrap(), b"to the end");
+    assert_eq!(
+        body_of(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").unwrap(),
+        b""
+    );
+    let e = body_of(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel").unwrap_err();
+    assert!(matches!(e, BenchError::Truncated { .. }), "{e}");
+    assert_eq!(
+        body_of(b"HTTP/1.1 200 OK\r\n\r\nto the end").unwrap(),
+        b"to the end"
+    );
 }
 
 #[test]
 fn heads_give_status_framing_and_type_and_skip_informational_responses() {
-    let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nrest";
-    let mut r = Cursor::new(&raw[..]);
-    let h = read_head(&mut r).unwrap();
-    assert_eq!(h.status, 200);
-    assert_eq!(h.framing, Framing::Chunked);
-    assert_eq!(h.content_type.as_deref(), Some("text/event-stream"));
-    let h = read_head(&mut Cursor::new(
-        &b"HTTP/1.0 503 Busy\r\ncontent-length: 3\r\n\r\n"[..],
-    ))
-    .unwrap();
+    let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+    let (status, content_type, body) = fetch(raw).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(content_type.as_deref(), Some("text/event-stream"));
+    // Chunked framing wins over a Content-Length (RFC 9112 section 6.3).
+    assert_eq!(body, b"abc");
+    let cfg = answering(b"HTTP/1.0 503 Busy\r\ncontent-length: 3\r\n\r\nbad");
+    let (_, head, _) = exchange(&cfg, "GET", "/x", &[], Duration::from_secs(10)).unwrap();
     assert_eq!(
-        (h.status, h.reason.as_str(), h.framing),
-        (503, "Busy", Framing::Length(3))
+        (head.status, head.reason.as_str()),
+        (503, "Service Unavailable")
     );
     for bad in [
         &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
@@ -143,22 +190,34 @@ fn heads_give_status_framing_and_type_and_skip_informational_responses() {
         b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
     ] {
-        let e = read_head(&mut Cursor::new(bad)).unwrap_err();
-        assert_eq!(
-            e.kind(),
-            io::ErrorKind::InvalidData,
-            "{}",
+        let e = fetch(bad).unwrap_err();
+        assert!(
+            matches!(e, BenchError::Malformed { .. }),
+            "{}: {e}",
             String::from_utf8_lossy(bad)
         );
     }
-    let e = read_head(&mut Cursor::new(&b"HTTP/1.1 200 OK\r\nServer: x\r\n"[..])).unwrap_err();
-    assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    let e = fetch(b"HTTP/1.1 200 OK\r\nServer: x\r\n").unwrap_err();
+    assert!(matches!(e, BenchError::Truncated { .. }), "{e}");
     let mut huge = b"HTTP/1.1 200 OK\r\n".to_vec();
     for _ in 0..2000 {
         huge.extend_from_slice(b"X-Padding: 0123456789012345678901234567890123456789\r\n");
     }
-    let e = read_head(&mut Cursor::new(&huge[..])).unwrap_err();
-    assert!(e.to_string().contains("response head over"), "{e}");
+    let e = fetch(&huge).unwrap_err();
+    assert!(
+        matches!(e, BenchError::Malformed { .. }) && e.to_string().contains("too many headers"),
+        "{e}"
+    );
+    // One header of 128 KiB: refused past 64 KiB of head, before the rest is held.
+    let mut huge = b"HTTP/1.1 200 OK\r\nX-Padding: ".to_vec();
+    huge.resize(huge.len() + (128 << 10), b'a');
+    huge.extend_from_slice(b"\r\n\r\n");
+    let e = fetch(&huge).unwrap_err();
+    assert!(
+        matches!(e, BenchError::Malformed { .. })
+            && e.to_string().contains("a response head over 65536 bytes"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -258,4 +317,20 @@ fn the_request_deadline_grows_with_tokens_and_requests_in_flight_and_saturates()
     assert!(cfg.validate().is_ok());
     cfg.concurrency = vec![0];
     assert!(cfg.validate().unwrap_err().is_usage());
+}
+
+/// `ureq` follows up to 10 redirects unless told not to: the benchmark measures the server at `--url`, so a 3xx is
+/// the answer (and the error), and nothing else is contacted.
+#[test]
+fn a_redirect_is_the_answer_and_is_not_followed() {
+    let elsewhere = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    elsewhere.set_nonblocking(true).unwrap();
+    let to = elsewhere.local_addr().unwrap();
+    let cfg = answering(
+        format!("HTTP/1.1 302 Found\r\nLocation: http://{to}/x\r\nContent-Length: 0\r\n\r\n")
+            .as_bytes(),
+    );
+    let (_, head, _) = exchange(&cfg, "GET", "/x", &[], Duration::from_secs(10)).unwrap();
+    assert_eq!((head.status, head.reason.as_str()), (302, "Found"));
+    assert!(elsewhere.accept().is_err(), "the redirect was followed");
 }
