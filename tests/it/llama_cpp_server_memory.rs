@@ -21,7 +21,9 @@ use optimizer::emit::{Deployment, MemoryDevice};
 use optimizer::model;
 use optimizer::plan::Overrides;
 use optimizer::runtime::{DraftModel, Projector};
-use optimizer_testkit::gguf_builder::{GgufBuilder, write_sparse};
+use optimizer_testkit::gguf_builder::{
+    GgufBuilder, MlpProjectorShape, synthetic_mlp_mmproj, write_sparse,
+};
 
 /// The fixture models load in well under a second; a minute fails a hung server without flaking on a busy host.
 const START_DEADLINE: Duration = Duration::from_secs(60);
@@ -37,64 +39,19 @@ const COMPUTE_ABS_MIB: f64 = 16.0;
 const TARGET: &str = "llama-q4_k_m.gguf";
 const DRAFT: &str = "llama-tied-q8_0.gguf";
 
-/// A LLaVA-style (`mlp`) projector scaled down, with every key and tensor `clip_model_loader` requires for that
-/// type (tools/mtmd/clip.cpp `load_hparams`, `load_tensors`; names from clip-impl.h `TN_*`): a 2-block ViT on
-/// 112-px images in 14-px patches, projecting into `n_embd_text` (mtmd refuses a projector whose output width
-/// differs from the language model's). F16 matrices and patch kernel, F32 vectors, as the converter writes them.
+/// A LLaVA-style (`mlp`) projector scaled down: a 2-block ViT on 112-px images in 14-px patches, projecting into
+/// `n_embd_text` (mtmd refuses a projector whose output width differs from the language model's).
 fn mlp_projector(n_embd_text: u64) -> GgufBuilder {
-    const F32: u32 = 0;
-    const F16: u32 = 1;
-    const BOOL: u32 = 7;
-    let (n_embd, n_ff, n_block, image, patch) = (128u64, 256u64, 2u64, 112u64, 14u64);
-    let n_pos = (image / patch) * (image / patch) + 1;
-    let mut b = GgufBuilder::new();
-    b.kv_str("general.architecture", "clip")
-        .kv_u32("general.file_type", 1)
-        .kv_str("clip.projector_type", "mlp")
-        .kv_raw(b"clip.has_vision_encoder", BOOL, &[1])
-        .kv_u32("clip.vision.image_size", image as u32)
-        .kv_u32("clip.vision.patch_size", patch as u32)
-        .kv_u32("clip.vision.embedding_length", n_embd as u32)
-        .kv_u32("clip.vision.feed_forward_length", n_ff as u32)
-        .kv_u32("clip.vision.projection_dim", n_embd_text as u32)
-        .kv_u32("clip.vision.attention.head_count", 4)
-        .kv_f32("clip.vision.attention.layer_norm_epsilon", 1e-5)
-        .kv_u32("clip.vision.block_count", n_block as u32)
-        .kv_f32_array("clip.vision.image_mean", &[0.5, 0.5, 0.5])
-        .kv_f32_array("clip.vision.image_std", &[0.5, 0.5, 0.5]);
-    let mut t = |name: String, ne: &[u64]| {
-        let n: u64 = ne.iter().product();
-        let f16 = ne.len() == 4 || (ne.len() == 2 && name.ends_with(".weight"));
-        let (ty, size) = if f16 { (F16, 2) } else { (F32, 4) };
-        b.tensor(&name, ne, ty, n * size);
-    };
-    t("v.class_embd".into(), &[n_embd]);
-    t("v.patch_embd.weight".into(), &[patch, patch, 3, n_embd]);
-    t("v.position_embd.weight".into(), &[n_embd, n_pos]);
-    t("v.pre_ln.weight".into(), &[n_embd]);
-    t("v.pre_ln.bias".into(), &[n_embd]);
-    for i in 0..n_block {
-        for (name, ne) in [
-            ("attn_q", &[n_embd, n_embd][..]),
-            ("attn_k", &[n_embd, n_embd]),
-            ("attn_v", &[n_embd, n_embd]),
-            ("attn_out", &[n_embd, n_embd]),
-            ("ffn_up", &[n_embd, n_ff]),
-            ("ffn_down", &[n_ff, n_embd]),
-        ] {
-            t(format!("v.blk.{i}.{name}.weight"), ne);
-            t(format!("v.blk.{i}.{name}.bias"), &ne[1..]);
-        }
-        for ln in ["ln1", "ln2"] {
-            t(format!("v.blk.{i}.{ln}.weight"), &[n_embd]);
-            t(format!("v.blk.{i}.{ln}.bias"), &[n_embd]);
-        }
-    }
-    t("mm.0.weight".into(), &[n_embd, n_embd_text]);
-    t("mm.0.bias".into(), &[n_embd_text]);
-    t("mm.2.weight".into(), &[n_embd_text, n_embd_text]);
-    t("mm.2.bias".into(), &[n_embd_text]);
-    b
+    synthetic_mlp_mmproj(MlpProjectorShape {
+        n_embd: 128,
+        n_ff: 256,
+        n_block: 2,
+        n_head: 4,
+        image: 112,
+        patch: 14,
+        projection_dim: n_embd_text,
+        n_embd_text,
+    })
 }
 
 /// Runs `argv` (the plan's llama-server command) until /health answers 200; returns the server's log.

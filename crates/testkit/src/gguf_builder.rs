@@ -618,31 +618,61 @@ pub fn synthetic_falcon_h1() -> GgufBuilder {
     b
 }
 
-/// A LLaVA-1.5 multimodal projector header (`mmproj-model-f16.gguf`, CLIP ViT-L/14 at 336 px with the two-layer
-/// MLP projector), as the pinned llama.cpp's converter writes it
-/// (tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py: `clip.vision.*` keys, the last of the 24 encoder
-/// blocks dropped for a LLaVA projector, 2-D `.weight` and 4-D tensors in f16, the rest f32) with the tensor names
-/// tools/mtmd/clip-impl.h `TN_*` gives. Sparse data.
-pub fn synthetic_llava15_mmproj() -> GgufBuilder {
+/// The shape of a LLaVA-style (`mlp`) projector: a ViT encoder and the two-layer MLP into the language model.
+#[derive(Debug, Clone, Copy)]
+pub struct MlpProjectorShape {
+    pub n_embd: u64,
+    pub n_ff: u64,
+    pub n_block: u64,
+    pub n_head: u64,
+    pub image: u64,
+    pub patch: u64,
+    /// `clip.vision.projection_dim`.
+    pub projection_dim: u64,
+    /// The language model's embedding width the MLP projects into (mm.0 and mm.2).
+    pub n_embd_text: u64,
+}
+
+impl MlpProjectorShape {
+    /// LLaVA-1.5's `mmproj-model-f16.gguf`: CLIP ViT-L/14 at 336 px (the last of the 24 encoder blocks dropped for a
+    /// LLaVA projector) into Vicuna-7B's 4096-wide embedding.
+    pub const LLAVA15: MlpProjectorShape = MlpProjectorShape {
+        n_embd: 1024,
+        n_ff: 4096,
+        n_block: 23,
+        n_head: 16,
+        image: 336,
+        patch: 14,
+        projection_dim: 768,
+        n_embd_text: 4096,
+    };
+}
+
+/// An `mlp` multimodal projector header as the pinned llama.cpp's converter writes it
+/// (tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py: `clip.vision.*` keys, 2-D `.weight` and 4-D tensors
+/// in f16, the rest f32) with the tensor names tools/mtmd/clip-impl.h `TN_*` gives and every key and tensor
+/// `clip_model_loader` requires for that type (tools/mtmd/clip.cpp `load_hparams`, `load_tensors`). Sparse data.
+pub fn synthetic_mlp_mmproj(s: MlpProjectorShape) -> GgufBuilder {
     const F32: u32 = 0;
     const F16: u32 = 1;
-    let (n_embd, n_ff, n_block, image, patch, proj) =
-        (1024u64, 4096u64, 23u64, 336u64, 14u64, 768u64);
-    let n_pos = (image / patch) * (image / patch) + 1;
+    let n_pos = (s.image / s.patch) * (s.image / s.patch) + 1;
     let mut b = GgufBuilder::new();
     b.kv_str("general.architecture", "clip")
-        .kv_str("general.name", "synthetic llava-1.5 mmproj")
+        .kv_str("general.name", "synthetic mlp mmproj")
         .kv_u32("general.file_type", 1)
         .kv_str("clip.projector_type", "mlp")
         .kv_raw(b"clip.has_vision_encoder", value_type::BOOL, &[1])
-        .kv_u32("clip.vision.image_size", image as u32)
-        .kv_u32("clip.vision.patch_size", patch as u32)
-        .kv_u32("clip.vision.embedding_length", n_embd as u32)
-        .kv_u32("clip.vision.feed_forward_length", n_ff as u32)
-        .kv_u32("clip.vision.projection_dim", proj as u32)
-        .kv_u32("clip.vision.attention.head_count", 16)
+        .kv_u32("clip.vision.image_size", s.image as u32)
+        .kv_u32("clip.vision.patch_size", s.patch as u32)
+        .kv_u32("clip.vision.embedding_length", s.n_embd as u32)
+        .kv_u32("clip.vision.feed_forward_length", s.n_ff as u32)
+        .kv_u32("clip.vision.projection_dim", s.projection_dim as u32)
+        .kv_u32("clip.vision.attention.head_count", s.n_head as u32)
         .kv_f32("clip.vision.attention.layer_norm_epsilon", 1e-5)
-        .kv_u32("clip.vision.block_count", n_block as u32);
+        .kv_u32("clip.vision.block_count", s.n_block as u32)
+        .kv_f32_array("clip.vision.image_mean", &[0.5, 0.5, 0.5])
+        .kv_f32_array("clip.vision.image_std", &[0.5, 0.5, 0.5]);
+    let (n_embd, n_ff, n_lm) = (s.n_embd, s.n_ff, s.n_embd_text);
     let mut t = |name: String, ne: &[u64]| {
         let n: u64 = ne.iter().product();
         let f16 = ne.len() == 4 || (ne.len() == 2 && name.ends_with(".weight"));
@@ -650,11 +680,11 @@ pub fn synthetic_llava15_mmproj() -> GgufBuilder {
         b.tensor(&name, ne, ty, n * size);
     };
     t("v.class_embd".into(), &[n_embd]);
-    t("v.patch_embd.weight".into(), &[patch, patch, 3, n_embd]);
+    t("v.patch_embd.weight".into(), &[s.patch, s.patch, 3, n_embd]);
     t("v.position_embd.weight".into(), &[n_embd, n_pos]);
     t("v.pre_ln.weight".into(), &[n_embd]);
     t("v.pre_ln.bias".into(), &[n_embd]);
-    for i in 0..n_block {
+    for i in 0..s.n_block {
         for (name, ne) in [
             ("attn_q", &[n_embd, n_embd][..]),
             ("attn_k", &[n_embd, n_embd]),
@@ -671,11 +701,14 @@ pub fn synthetic_llava15_mmproj() -> GgufBuilder {
             t(format!("v.blk.{i}.{ln}.bias"), &[n_embd]);
         }
     }
-    // The LLaVA MLP projector into the language model's 4096-wide embedding (Vicuna-7B): mm.0 and mm.2.
-    let n_lm = 4096u64;
     t("mm.0.weight".into(), &[n_embd, n_lm]);
     t("mm.0.bias".into(), &[n_lm]);
     t("mm.2.weight".into(), &[n_lm, n_lm]);
     t("mm.2.bias".into(), &[n_lm]);
     b
+}
+
+/// LLaVA-1.5's projector ([`MlpProjectorShape::LLAVA15`]).
+pub fn synthetic_llava15_mmproj() -> GgufBuilder {
+    synthetic_mlp_mmproj(MlpProjectorShape::LLAVA15)
 }
