@@ -30,7 +30,6 @@ import concurrent.futures as cf
 import importlib.util
 import json
 import os
-import platform
 import re
 import sys
 from pathlib import Path
@@ -386,62 +385,19 @@ def cmd_run(args) -> None:
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as ex:
         for n, (mid, a, rc, out, err) in enumerate(ex.map(work_fn, jobs)):
             pr = measure.parse(out, err)
-            ctx = pr["context"]
-
-            def num(k):
-                v = ctx.get(k)
-                try:
-                    return int(v)
-                except (TypeError, ValueError):
-                    return v
-
-            rows.append({
-                "model": mid,
-                "args": ["-m", f"{mid}.gguf"] + measure.FIXED_ARGS + a,
-                "config": measure.row_fields(a),
-                "rc": rc,
-                "n_ctx": num("n_ctx"), "n_ctx_seq": num("n_ctx_seq"), "n_batch": num("n_batch"),
-                "n_ubatch": num("n_ubatch"), "n_seq_max": num("n_seq_max"),
-                "flash_attn_param": a[a.index("-fa") + 1] if "-fa" in a else None,
-                "flash_attn": ctx.get("flash_attn"),
-                "flash_attn_resolved": measure.resolve_fa(ctx.get("flash_attn"), pr["fa_lines"]),
-                "kv_unified": ctx.get("kv_unified"),
-                "n_outputs_max": num("n_outputs_max"),
-                "worst_case_ubatch": pr.get("worst_case_ubatch"),
-                "fit_print": pr["fit_print"],
-                "breakdown": pr["breakdown"],
-                "buffers": pr["buffers"],
-                "kv": pr["kv"],
-                "rs": [{"size_mib": m[0], "cells": int(m[1]), "layers": int(m[2]), "seqs": int(m[3]),
-                        "rs_seq": int(m[4]), "r_type": m[5], "r_mib": m[6], "s_type": m[7], "s_mib": m[8],
-                        "p_type": m[9], "p_mib": m[10]} for m in RE_RS.findall(err)],
-                "graph": pr.get("graph"),
-                "file_size": pr.get("file_size"),
-                "fa_lines": pr["fa_lines"],
-                "swa_lines": pr["swa_lines"],
-                "repack_lines": pr["repack_lines"],
-                "messages": pr["messages"],
-            })
+            row = measure.make_row(mid, a, rc, pr)
+            row["rs"] = [{"size_mib": m[0], "cells": int(m[1]), "layers": int(m[2]), "seqs": int(m[3]),
+                          "rs_seq": int(m[4]), "r_type": m[5], "r_mib": m[6], "s_type": m[7], "s_mib": m[8],
+                          "p_type": m[9], "p_mib": m[10]} for m in RE_RS.findall(err)]
+            rows.append(row)
             print(f"[{n + 1}/{len(jobs)}] {mid} {' '.join(a)} rc={rc} fit={pr['fit_print']}", flush=True)
             if args.keep_logs:
                 ld = work / "logs"
                 ld.mkdir(exist_ok=True)
                 (ld / f"{mid}-{n:03d}.log").write_text(" ".join(a) + "\n--stdout--\n" + out + "\n--stderr--\n" + err)
     rows.sort(key=lambda r: r["model"])
-    ci = measure.cpu_info()
     out_doc = {
-        "engine": {
-            "package": measure.PACKAGE,
-            "llama_cpp_commit": measure.LLAMA_CPP_COMMIT,
-            "binary": "llama-fit-params",
-            "build": "CPU only, Release, cmake defaults (GGML_NATIVE=ON, GGML_CPU_REPACK=ON)",
-            "cpu_model": ci["cpu_model"],
-            "cpu_flags": ci["cpu_flags"],
-            "n_cpus": ci["n_cpus"],
-            "os": platform.platform(),
-            "mode": "llama-fit-params --fit-print on -ngl 0 -v: model+context loaded with no_alloc=true "
-                    "(dry run, tensor data never read)",
-        },
+        "engine": measure.engine_doc(),
         "units": "MiB strings are exactly as printed by the engine (2 decimals = bytes/2^20 rounded); "
                  "fit_print and breakdown values are integer MiB = floor(bytes/2^20)",
         "rows": rows,
