@@ -44,6 +44,9 @@ const NEW: &[&str] = &[
     "radeon-rx-6800-xt",
     "radeon-rx-6900-xt",
     "instinct-mi210",
+    "intel-arc-a770-16gb",
+    "intel-arc-a750",
+    "intel-arc-b580",
 ];
 
 /// Device strings of `tests/fixtures/gpu-speed/public-llama-bench.yaml` and the new profile each must resolve to.
@@ -80,6 +83,8 @@ const TABLE_DEVICES: &[(&str, &str)] = &[
     ("AMD Radeon RX 9070", "radeon-rx-9070"),
     ("RX 9070", "radeon-rx-9070"),
     ("AMD Instinct MI210", "instinct-mi210"),
+    ("Arc A770", "intel-arc-a770-16gb"),
+    ("Intel Arc B580", "intel-arc-b580"),
 ];
 
 /// Names as the drivers report them (NVML; ROCm's marketing name), with the PCI id where the profile has one, and
@@ -120,6 +125,33 @@ const DRIVER_DEVICES: &[(&str, Option<&str>, u64, &str)] = &[
     ("AMD Radeon RX 7900 XT", None, 20, "radeon-rx-7900-xt"),
     ("AMD Radeon RX 6800 XT", None, 16, "radeon-rx-6800-xt"),
     ("AMD Radeon RX 6900 XT", None, 16, "radeon-rx-6900-xt"),
+    // The names ggml-vulkan and SYCL print (`Intel(R) Arc(TM) A770 Graphics`), with and without the PCI id.
+    (
+        "Intel(R) Arc(TM) A770 Graphics",
+        Some("8086:56a0"),
+        16,
+        "intel-arc-a770-16gb",
+    ),
+    (
+        "Intel(R) Arc(TM) A770 Graphics",
+        None,
+        16,
+        "intel-arc-a770-16gb",
+    ),
+    (
+        "Intel(R) Arc(TM) A750 Graphics",
+        Some("8086:56a1"),
+        8,
+        "intel-arc-a750",
+    ),
+    ("Intel(R) Arc(TM) A750 Graphics", None, 8, "intel-arc-a750"),
+    (
+        "Intel(R) Arc(TM) B580 Graphics",
+        Some("8086:e20b"),
+        12,
+        "intel-arc-b580",
+    ),
+    ("Intel(R) Arc(TM) B580 Graphics", None, 12, "intel-arc-b580"),
 ];
 
 /// Names close to a new profile's that must not match it.
@@ -133,16 +165,27 @@ const LOOKALIKES: &[(&str, u64)] = &[
     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 96),
     ("Quadro RTX 6000", 24),
     ("AMD Radeon RX 9070 GRE", 12),
+    // The laptop A770M and the 8 GB A770 (16 Gbps, 512 GB/s) are other parts.
+    ("Intel(R) Arc(TM) A770M Graphics", 16),
+    ("Intel(R) Arc(TM) A770 Graphics", 8),
+    ("Intel(R) Arc(TM) B570 Graphics", 10),
 ];
 
 fn gpu(name: &str, pci_id: Option<&str>, memory_bytes: u64) -> Gpu {
     let amd = name.starts_with("AMD")
         || name.starts_with("RX ")
         || pci_id.is_some_and(|p| p.starts_with("1002"));
+    let intel = name.contains("Arc") || pci_id.is_some_and(|p| p.starts_with("8086"));
     serde_json::from_value(json!({
         "index": 0,
         "name": name,
-        "vendor": if amd { GpuVendor::Amd } else { GpuVendor::Nvidia },
+        "vendor": if amd {
+            GpuVendor::Amd
+        } else if intel {
+            GpuVendor::Intel
+        } else {
+            GpuVendor::Nvidia
+        },
         "memory_total_bytes": memory_bytes,
         "memory_free_bytes": memory_bytes,
         "pci_id": pci_id,
@@ -177,6 +220,8 @@ fn every_new_profile_is_built_in() {
         assert!(p.value.memory.bandwidth_gb_s > 0.0, "{id}: no bandwidth");
         let vendor_ok = if id.starts_with("radeon") || id.starts_with("instinct") {
             p.value.vendor == Vendor::Amd
+        } else if id.starts_with("intel") {
+            p.value.vendor == Vendor::Intel
         } else {
             p.value.vendor == Vendor::Nvidia
         };

@@ -45,6 +45,7 @@ mod llama_cpp_measured;
 mod llama_cpp_measured_cuda;
 mod llama_cpp_public_logs;
 mod llama_cpp_quant_suggestion;
+mod llama_cpp_rpc;
 mod llama_cpp_server_memory;
 mod llama_cpp_server_start;
 mod load_log_import;

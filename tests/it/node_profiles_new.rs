@@ -1,6 +1,7 @@
-//! The node profiles added for issue 25 (cloud instances, DGX B200, Apple machines): each validates with the
-//! built-in set and carries the GPU count, host cores and host memory its vendor's page states (the figures
-//! below are the ones quoted in each file's `sources`), and `--hardware ID` plans that node's GPUs and host.
+//! The node profiles added for issue 25 (cloud instances, DGX B200, Apple machines, a ThinkStation P620
+//! workstation and a Legion Pro 7i gaming laptop): each validates with the built-in set and carries the GPU
+//! count, host cores and host memory its vendor's page states (the figures below are the ones quoted in each
+//! file's `sources`), and `--hardware ID` plans that node's GPUs and host.
 
 use crate::common;
 
@@ -39,6 +40,22 @@ const NODES: &[Node] = &[
         16,
         None,
         128,
+    ),
+    (
+        "thinkstation-p620-2x-rtx-a6000",
+        "rtx-a6000",
+        2,
+        64,
+        Some(128),
+        512,
+    ),
+    (
+        "legion-pro-7i-gen8-rtx-4090",
+        "rtx-4090-laptop",
+        1,
+        24,
+        Some(32),
+        32,
     ),
 ];
 

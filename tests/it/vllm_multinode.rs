@@ -288,3 +288,54 @@ fn a_deepseek_v3_layout_moe_on_two_h100_nodes_runs_expert_parallel() {
     assert!(d.provenance.contains_key("topology.layouts"));
     check_lws(&d, "vllm-lws_kimi-k2_h100-8x2_batch-inference", 2, 8);
 }
+
+/// With the fabric's latency stated (tests/fixtures/clusters/h100-8x2-ndr.yaml: NDR InfiniBand, 50 GB/s per GPU,
+/// NCCL's own 2.7 µs per network step), a plan weighs one tensor-parallel group of 16 over both nodes against tensor
+/// parallel 8 x pipeline parallel 2, and provenance.topology.layouts gives both with their speed and why the loser
+/// lost. Without a latency (h100-8x2.yaml) tensor parallel across nodes is not weighed at all.
+#[test]
+fn a_stated_fabric_latency_weighs_tensor_parallel_across_nodes_against_a_pipeline() {
+    let (_keep, dir) = vllm_models::materialize_bf16(
+        "Meta-Llama-3.1-405B-Instruct-FP8",
+        "Llama-3.1-405B-Instruct",
+    );
+    let (d, code) = resolve_cluster("h100-8x2-ndr.yaml", &dir, "chat");
+    assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);
+    let layouts = &d.provenance["topology.layouts"].detail;
+    eprintln!("{layouts}");
+    let rows: Vec<&str> = layouts.split_once(": ").unwrap().1.split("; ").collect();
+    let across = rows
+        .iter()
+        .find(|r| r.starts_with("tensor parallel 16 across 2 nodes"))
+        .unwrap_or_else(|| panic!("tensor parallel across nodes not weighed: {layouts}"));
+    let pipeline = rows
+        .iter()
+        .find(|r| r.starts_with("tensor parallel 8 x pipeline parallel 2"))
+        .unwrap_or_else(|| panic!("no pipeline layout: {layouts}"));
+    assert!(
+        !d.warnings
+            .iter()
+            .any(|w| w.contains("no fabric latency_us")),
+        "{:?}",
+        d.warnings
+    );
+    // The loser says why it lost: both rows carry their per-token time, and the chosen one is marked.
+    let chosen = rows.iter().filter(|r| r.contains("(chosen)")).count();
+    assert_eq!(chosen, 1, "{layouts}");
+    for r in [across, pipeline] {
+        assert!(r.contains("ms per output token"), "{r}");
+    }
+    // Where each step goes: the pipeline's stage step, hand-off and idle share; the group's collectives.
+    assert!(pipeline.contains("of each cycle idle"), "{pipeline}");
+    assert!(
+        across.contains("ms of each step in collectives"),
+        "{across}"
+    );
+    let (_, without) = (
+        (),
+        resolve_cluster("h100-8x2.yaml", &dir, "chat").0.provenance["topology.layouts"]
+            .detail
+            .clone(),
+    );
+    assert!(!without.contains("tensor parallel 16 across"), "{without}");
+}

@@ -6,8 +6,6 @@ use crate::hardware::Gpu;
 use crate::perf;
 use crate::profile::HardwareProfile;
 
-/// FP32 lanes per AMD compute unit (GCN, CDNA and RDNA alike: 4 x SIMD16 or 2 x SIMD32).
-const AMD_LANES_PER_CU: f64 = 64.0;
 /// Profile features naming an AMD GPU's matrix instructions, the path of llama.cpp's MMQ (ggml-cuda common.cuh).
 const FEATURE_MFMA: &str = "amd-mfma";
 const FEATURE_WMMA: &str = "amd-wmma";
@@ -42,7 +40,7 @@ pub(super) fn kernels_for(
         match p.vendor {
             crate::profile::Vendor::Amd => Some(
                 f64::from(g.sm_count.or(p.sms)?)
-                    * AMD_LANES_PER_CU
+                    * perf::gpu::AMD_LANES_PER_CU
                     * f64::from(p.boost_clock_mhz.or(g.max_sm_clock_mhz)?)
                     * 1e6,
             ),
@@ -99,6 +97,8 @@ pub(super) fn kernels_for(
                 }
                 crate::profile::Vendor::Amd if has(FEATURE_WMMA_RDNA4) => LaneFamily::VulkanRdna4,
                 crate::profile::Vendor::Amd if has(FEATURE_WMMA) => LaneFamily::VulkanRdna3,
+                // Intel Arc: the lanes are the FP32 vector peak / 2 (the profile's shading units x boost clock).
+                crate::profile::Vendor::Intel => LaneFamily::VulkanIntel,
                 _ => return None,
             };
             Some(GpuKernels {

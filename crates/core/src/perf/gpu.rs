@@ -25,22 +25,26 @@
 //!   launches and synchronisation: about 45 µs a layer on CUDA, 200 µs on Metal in the fitted builds).
 //!
 //! - ROCm, Vulkan and Pascal: prefill per FP32 lane per clock of the kernel family ([`LaneFamily`]): dp4a MMQ
-//!   (Pascal, GCN 5, RDNA 2: the NVIDIA and AMD rows agree per lane), MFMA MMQ (CDNA), WMMA MMQ on RDNA 3 and on
-//!   RDNA 4 (RDNA 4 reaches 1.6x RDNA 3 per lane in the rows), and ggml-vulkan's cooperative-matrix shaders on
-//!   NVIDIA, RDNA 3 and RDNA 4. Lanes are an AMD GPU's compute units x 64 (HIP reports compute units as
-//!   multiprocessors) or an NVIDIA GPU's FP32 peak / 2. Decode uses the multipliers below with a per-layer
-//!   cost per backend (ROCm about 100 µs, Vulkan about 30 µs a layer).
+//!   (Pascal, GCN 5, RDNA 2: the NVIDIA and AMD rows agree per lane), MFMA MMQ (CDNA), WMMA MMQ on RDNA 3 and
+//!   RDNA 4, ggml-vulkan's cooperative-matrix shaders on NVIDIA, RDNA 3 and RDNA 4, and ggml-vulkan on Intel Arc.
+//!   RDNA 3 and RDNA 4 share one constant per backend, a share of their WMMA FP16 rate per compute-unit clock
+//!   (sourced, 2x on RDNA 4: [`RDNA4_WMMA_FP16_FLOP_PER_CU_CLOCK`]), so either predicts the other. Lanes are an AMD
+//!   GPU's compute units x 64 (HIP reports compute units as multiprocessors), or an NVIDIA or Intel GPU's FP32
+//!   peak / 2. Decode uses the multipliers below with a per-layer cost per backend (ROCm about 100 µs, Vulkan
+//!   about 43 µs a layer) and, on Intel Arc, a larger read multiplier.
 //!
 //! Left out: the build (the public rows span Nov 2023 to 2026 builds, up to 1.5x apart on one card; the constants
 //! are medians over them), the GPU-core bin of an Apple chip (the tool sees the chip name only, the profile
 //! holds the largest bin, so a smaller bin is over-predicted by the core ratio), power and clock throttling
 //! (other than Ada's power bound above), flash attention's effect on the attention term, F16 weights on the
 //! ROCm/Vulkan/Pascal families (every public row there is Q4_0, so dense weights are charged the quantized rate),
-//! Intel GPUs (no Intel profile: the Arc rows are unmatched), Vulkan on RDNA 2 and older and pre-Pascal NVIDIA
+//! Intel Arc apart from the A770/A750/B580 profiles' one family (its two constants rest on one A770 and one B580
+//! row, ±20-30 % in the tree; no split can hold Intel out and still fit it), SYCL, Vulkan on RDNA 2 and older and pre-Pascal NVIDIA
 //! (no rows: the generic roofline of [`super::predict`] with the rule tables' efficiencies).
 //!
 //! Trade-off: one constant per kernel family fitted across every matched card and build instead of one per card
-//! (a family no row measured, RDNA 4 under leave-one-family-out, is then 40 % low, the README says):
+//! (a family no row measured takes the median rate of all the others: Intel Arc under leave-one-family-out is
+//! then 2.5x high, the README says):
 //! a card nobody measured gets the same error as the held-out families (below), at the price of a few per cent
 //! on the cards that were measured.
 //!
@@ -75,13 +79,16 @@ pub enum LaneFamily {
     RocmMfma,
     /// ROCm MMQ on RDNA 3 WMMA (common.cuh `amd_wmma_available`).
     RocmWmmaRdna3,
-    /// ROCm MMQ on RDNA 4 WMMA.
+    /// ROCm MMQ on RDNA 4 WMMA (the gfx12 intrinsics, mma.cuh `__builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12`).
     RocmWmmaRdna4,
     /// ggml-vulkan on NVIDIA (cooperative-matrix shaders).
     VulkanNvidia,
     /// ggml-vulkan on AMD RDNA 3 and RDNA 4 (KHR cooperative matrix on their WMMA units).
     VulkanRdna3,
     VulkanRdna4,
+    /// ggml-vulkan on Intel Arc: Xe-HPG (A-series) without cooperative matrix, Xe2 (B-series) with it
+    /// (ggml-vulkan.cpp `ggml_vk_khr_cooperative_matrix_support`).
+    VulkanIntel,
 }
 
 /// The memory a GPU reads its weights from.
@@ -151,20 +158,34 @@ const METAL_QUANT_SHARE: f64 = 0.592;
 const METAL_F16_SHARE: f64 = 0.717;
 
 /// FLOP per FP32 lane per clock of each [`LaneFamily`] on quantized weights: medians of the public pp512 rows
-/// of the family (all LLaMA-2 7B Q4_0; `python3 tests/fixtures/gpu-speed/fit.py DUMP LANES`): dp4a 4 rows (P40,
-/// MI50, MI60, V620: 2.08-2.35 per lane on both vendors), MFMA 3 (MI100, MI210, MI300X), RDNA 3 WMMA 3, RDNA 4
-/// WMMA 3, Vulkan NVIDIA 6, Vulkan RDNA 3 1, Vulkan RDNA 4 3.
+/// of the family (all LLaMA-2 7B Q4_0; `python3 tests/fixtures/gpu-speed/fit.py DUMP HELDOUT`): dp4a 4 rows (P40,
+/// MI50, MI60, V620: 2.08-2.35 per lane on both vendors), MFMA 3 (MI100, MI210, MI300X), Vulkan NVIDIA 6, Vulkan
+/// Intel 2 (A770, B580: 1.2-1.4 per lane, below every other family).
 const LANE_DP4A: f64 = 2.29;
 const LANE_ROCM_MFMA: f64 = 3.13;
-const LANE_ROCM_RDNA3: f64 = 3.06;
-const LANE_ROCM_RDNA4: f64 = 4.91;
-const LANE_VULKAN_NVIDIA: f64 = 3.36;
-const LANE_VULKAN_RDNA3: f64 = 3.21;
-const LANE_VULKAN_RDNA4: f64 = 5.47;
+const LANE_VULKAN_NVIDIA: f64 = 3.15;
+const LANE_VULKAN_INTEL: f64 = 1.32;
+/// AMD RDNA 3 and RDNA 4 WMMA: dense FP16 matrix FLOP per compute unit per clock (AMD GPUOpen, "Using the Matrix
+/// Cores of AMD RDNA 4 architecture GPUs", FLOPS/clock/CU table: 512 on RDNA 3, 1024 on RDNA 4; int8 is 512 and
+/// 2048). llama.cpp runs RDNA 4 on its own kernels (gfx12 WMMA intrinsics in ggml-cuda mma.cuh, an RDNA 4 MMQ
+/// tile config in mmq.cuh), and the rows reach 1.6x (ROCm) and 1.7x (Vulkan) RDNA 3's rate per compute-unit
+/// clock: below the int8 ratio (4x), so the matrix units do not bind; the FP16 ratio (2x) is the sourced figure
+/// nearest it and predicts either architecture from the other within 25 % (fixture README).
+pub const RDNA3_WMMA_FP16_FLOP_PER_CU_CLOCK: f64 = 512.0;
+pub const RDNA4_WMMA_FP16_FLOP_PER_CU_CLOCK: f64 = 1024.0;
+/// FP32 lanes per AMD compute unit (GCN, CDNA and RDNA alike: 4 x SIMD16 or 2 x SIMD32).
+pub const AMD_LANES_PER_CU: f64 = 64.0;
+/// The share of that WMMA FP16 rate the quantized kernels reach, one per backend: medians over the RDNA 3 and
+/// RDNA 4 rows together (ROCm 6, Vulkan 4).
+const ROCM_WMMA_SHARE: f64 = 0.345;
+const VULKAN_AMD_WMMA_SHARE: f64 = 0.365;
 /// Decode seconds per layer per token on ROCm and Vulkan (fit.py `lane_tg_consts`: weighted least squares on
 /// the backend's tg128 rows, the weight read at the memory multipliers below, which CUDA and Metal fitted).
-const ROCM_LAYER_S: f64 = 98.3e-6;
-const VULKAN_LAYER_S: f64 = 29.1e-6;
+const ROCM_LAYER_S: f64 = 99.3e-6;
+const VULKAN_LAYER_S: f64 = 42.7e-6;
+/// Intel Arc on Vulkan: added to the weights' read multiplier (fit.py `lane_tg_consts`, least squares on the two
+/// Intel tg128 rows after the Vulkan layer cost: the A770 reads at 35 % of its peak, the B580 at 56 %).
+const VULKAN_INTEL_DECODE_EXTRA: f64 = 0.771;
 
 /// FLOP per lane per clock of `f` (quantized weights; the rows hold no F16 run on these families, so dense
 /// weights are charged the same rate).
@@ -172,11 +193,20 @@ pub fn lane_rate(f: LaneFamily) -> f64 {
     match f {
         LaneFamily::Dp4a => LANE_DP4A,
         LaneFamily::RocmMfma => LANE_ROCM_MFMA,
-        LaneFamily::RocmWmmaRdna3 => LANE_ROCM_RDNA3,
-        LaneFamily::RocmWmmaRdna4 => LANE_ROCM_RDNA4,
+        LaneFamily::RocmWmmaRdna3 => {
+            ROCM_WMMA_SHARE * RDNA3_WMMA_FP16_FLOP_PER_CU_CLOCK / AMD_LANES_PER_CU
+        }
+        LaneFamily::RocmWmmaRdna4 => {
+            ROCM_WMMA_SHARE * RDNA4_WMMA_FP16_FLOP_PER_CU_CLOCK / AMD_LANES_PER_CU
+        }
         LaneFamily::VulkanNvidia => LANE_VULKAN_NVIDIA,
-        LaneFamily::VulkanRdna3 => LANE_VULKAN_RDNA3,
-        LaneFamily::VulkanRdna4 => LANE_VULKAN_RDNA4,
+        LaneFamily::VulkanRdna3 => {
+            VULKAN_AMD_WMMA_SHARE * RDNA3_WMMA_FP16_FLOP_PER_CU_CLOCK / AMD_LANES_PER_CU
+        }
+        LaneFamily::VulkanRdna4 => {
+            VULKAN_AMD_WMMA_SHARE * RDNA4_WMMA_FP16_FLOP_PER_CU_CLOCK / AMD_LANES_PER_CU
+        }
+        LaneFamily::VulkanIntel => LANE_VULKAN_INTEL,
     }
 }
 
@@ -272,15 +302,21 @@ fn decode_multiplier(m: MemoryClass, t: Dtype) -> f64 {
 
 /// Seconds one decode step spends reading weights and `kv_bytes` of KV cache.
 pub fn decode_read(k: &GpuKernels, p: &DevicePerf, l: &DeviceLoad, kv_bytes: f64) -> f64 {
+    // Intel Arc on Vulkan reads every byte at a lower share of its peak (its constant's doc).
+    let intel = if matches!(k.lanes, Some((LaneFamily::VulkanIntel, _))) {
+        VULKAN_INTEL_DECODE_EXTRA
+    } else {
+        0.0
+    };
     let weights: f64 = l
         .by_type
         .iter()
-        .map(|t| t.bytes * decode_multiplier(k.memory, t.dtype))
+        .map(|t| t.bytes * (decode_multiplier(k.memory, t.dtype) + intel))
         .sum();
     // Element-wise weights not in `by_type` (none today) and the KV cache read at the F16 share.
     let rest = (l.weight_bytes_per_token - l.by_type.iter().map(|t| t.bytes).sum::<f64>()).max(0.0)
         + kv_bytes;
-    (weights + rest * decode_multiplier(k.memory, Dtype::Ggml(GgmlType::F16)))
+    (weights + rest * (decode_multiplier(k.memory, Dtype::Ggml(GgmlType::F16)) + intel))
         / p.bandwidth_bytes_per_s
 }
 
@@ -385,13 +421,13 @@ mod tests {
             ..cuda()
         };
         let q4 = Dtype::Ggml(GgmlType::Q4_0);
-        assert!((prefill_rate(&k, q4) - lanes * LANE_ROCM_RDNA3).abs() < 1.0);
+        assert!((prefill_rate(&k, q4) - lanes * ROCM_WMMA_SHARE * 8.0).abs() < 1.0);
         let v = GpuKernels {
             backend: GpuBackend::Vulkan,
             lanes: Some((LaneFamily::VulkanRdna3, lanes)),
             ..k
         };
-        assert!((prefill_rate(&v, q4) - lanes * LANE_VULKAN_RDNA3).abs() < 1.0);
+        assert!((prefill_rate(&v, q4) - lanes * VULKAN_AMD_WMMA_SHARE * 8.0).abs() < 1.0);
         let l = DeviceLoad {
             layers: 32.0,
             ..DeviceLoad::default()
@@ -405,5 +441,59 @@ mod tests {
             ..cuda()
         };
         assert!((prefill_rate(&p, q4) - 30.0 * 128.0 * 1.531e9 * LANE_DP4A).abs() < 1.0);
+    }
+
+    #[test]
+    fn rdna4_is_charged_twice_rdna3s_rate_per_compute_unit_clock() {
+        // GPUOpen's FLOPS/clock/CU: FP16 WMMA 1024 on RDNA 4, 512 on RDNA 3, on both backends.
+        for (r3, r4) in [
+            (LaneFamily::RocmWmmaRdna3, LaneFamily::RocmWmmaRdna4),
+            (LaneFamily::VulkanRdna3, LaneFamily::VulkanRdna4),
+        ] {
+            assert!((lane_rate(r4) / lane_rate(r3) - 2.0).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn intel_arc_on_vulkan_has_its_own_lane_rate_and_a_slower_read() {
+        // A770: 4096 lanes x 2.4 GHz, 560 GB/s.
+        let lanes = 4096.0 * 2.4e9;
+        let intel = GpuKernels {
+            backend: GpuBackend::Vulkan,
+            lanes: Some((LaneFamily::VulkanIntel, lanes)),
+            ..cuda()
+        };
+        let q4 = Dtype::Ggml(GgmlType::Q4_0);
+        assert!((prefill_rate(&intel, q4) - lanes * LANE_VULKAN_INTEL).abs() < 1.0);
+        let nvidia = GpuKernels {
+            lanes: Some((LaneFamily::VulkanNvidia, lanes)),
+            ..intel
+        };
+        let l = DeviceLoad {
+            layers: 32.0,
+            by_type: vec![TypeLoad {
+                dtype: q4,
+                output: false,
+                bytes: 1e9,
+                params: 2e9,
+            }],
+            weight_bytes_per_token: 1e9,
+            ..DeviceLoad::default()
+        };
+        let p = DevicePerf {
+            name: "Intel Arc A770".into(),
+            bandwidth_bytes_per_s: 560e9,
+            flops: 0.0,
+            decode_efficiency: 1.0,
+            prefill_efficiency: 1.0,
+            offload: None,
+            cpu: None,
+            gpu: Some(intel),
+        };
+        let extra = decode_read(&intel, &p, &l, 0.0) - decode_read(&nvidia, &p, &l, 0.0);
+        assert!(
+            (extra - 1e9 * VULKAN_INTEL_DECODE_EXTRA / 560e9).abs() < 1e-12,
+            "{extra}"
+        );
     }
 }

@@ -340,6 +340,12 @@ impl LlamaCpp<'_> {
             launch.push(launch::replicas(&serve, &settings, &replica_gpus));
         }
         let mut warnings = self.warnings.clone();
+        // Across a cluster's nodes with llama.cpp RPC, when one node's GPUs do not hold every layer (`rpc.rs`).
+        if let Some(r) = self.rpc_plan(c, &serve) {
+            put("topology.rpc", r.provenance.source, r.provenance.detail);
+            launch.extend(r.artifacts);
+            warnings.push(r.warning);
+        }
         if let Some(d) = &self.req.overrides.draft {
             let per_device: Vec<String> = c
                 .eval

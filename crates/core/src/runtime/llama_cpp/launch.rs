@@ -167,6 +167,21 @@ const BACKENDS: &[(DeviceKind, &str, Option<&str>)] = &[
     ),
 ];
 
+/// llama.cpp's name for the `i`-th visible device of a backend (`CUDA0`, `ROCm1`, `MTL0`, `Vulkan2`): what `-dev`
+/// and rpc-server's `-d` take.
+pub fn device_name(kind: DeviceKind, i: usize) -> String {
+    let name = BACKENDS
+        .iter()
+        .find(|b| b.0 == kind)
+        .map_or("CUDA", |b| b.1);
+    format!("{name}{i}")
+}
+
+/// The environment variable that hides a backend's other GPUs (`CUDA_VISIBLE_DEVICES`, ...), if it has one.
+pub fn visible_devices_env(kind: DeviceKind) -> Option<&'static str> {
+    BACKENDS.iter().find(|b| b.0 == kind).and_then(|b| b.2)
+}
+
 /// The llama-server command line for a plan, with the environment that pins the planned GPUs.
 ///
 /// Devices are pinned twice over: the environment hides every GPU the plan does not use (NVML numbers GPUs in PCI

@@ -16,6 +16,7 @@ mod ladders;
 pub mod launch;
 pub mod mmproj;
 pub mod quantize;
+pub mod rpc;
 pub mod topology;
 
 use std::cell::RefCell;

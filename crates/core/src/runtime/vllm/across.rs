@@ -121,11 +121,12 @@ impl Vllm<'_> {
                     && p.ep == c.point.ep;
                 match self.evaluate(&p, c.size) {
                     Ok(e) if e.fits() => format!(
-                        "{label}{}: decode {:.0} tokens/s, {:.2} ms per output token, {:.0} ms to the first",
+                        "{label}{}: decode {:.0} tokens/s, {:.2} ms per output token, {:.0} ms to the first ({})",
                         if chosen { " (chosen)" } else { "" },
                         e.prediction.decode_tokens_per_s,
                         e.prediction.time_per_output_token_ms,
-                        e.prediction.time_to_first_token_ms
+                        e.prediction.time_to_first_token_ms,
+                        self.layout_why(&p, c.size)
                     ),
                     Ok(e) => format!(
                         "{label}: does not fit, {:.2} GiB more per GPU",
@@ -146,5 +147,26 @@ impl Vllm<'_> {
                 ),
             },
         );
+    }
+
+    /// Where a layout's decode step goes, so a loser's row says why it lost: a pipeline's stage step, hand-off
+    /// and idle share ([`Vllm::pipeline_speed`]); otherwise the step's collectives ([`Vllm::comm_seconds`]).
+    fn layout_why(&self, p: &Point, len: u32) -> String {
+        if p.pp > 1 {
+            return self.pipeline_speed(p, len).map_or_else(String::new, |s| {
+                format!(
+                    "{} batches of {} in flight, a stage step {:.2} ms, a hand-off {:.3} ms, {:.0} % of each cycle idle",
+                    s.micro_batches,
+                    s.per_batch,
+                    s.stage_s * 1e3,
+                    s.send_s * 1e3,
+                    s.bubble * 1e2
+                )
+            });
+        }
+        format!(
+            "{:.2} ms of each step in collectives",
+            self.comm_seconds(p, f64::from(p.max_num_seqs.max(1))) * 1e3
+        )
     }
 }
