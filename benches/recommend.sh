@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `optimizer recommend` over the full built-in price table for a 70B model (issue 29, target: under 1 s), with
 # `optimizer resolve` for one of its options measured in the same loop, so the figure is also a ratio that does
-# not depend on the machine: recommend plans every distinct priced machine with resolve's planner, so its cost is
-# about (machines planned) x (one resolve) plus one model read. Runs are interleaved round-robin (load drifts over
+# not depend on the machine: recommend plans every distinct priced machine with resolve's planner, and re-plans the
+# ones that fit to size them to --rate, so its cost is about (plans made) x (one plan) plus one model read. Runs are interleaved round-robin (load drifts over
 # both alike); each figure is the median of RUNS whole-process wall times.
 # The 70B is Llama-3.1-70B-Instruct BF16 (tests/fixtures/vllm/models: its config.json and the complete safetensors
 # header, data a sparse hole), planned for vLLM; MODEL=path plans another model.
@@ -47,9 +47,9 @@ for _ in range(runs):
         t = time.perf_counter()
         subprocess.run(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times[k].append(time.perf_counter() - t)
-print(f"{out['priced_offers']} priced offers, {out['machines_planned']} distinct machines planned; model {model}")
+print(f"{out['priced_offers']} priced offers, {out['machines_planned']} distinct machines planned ({out['plans_run']} plans, sized to --rate 10); model {model}")
 for k, v in times.items():
     print(f"{k:28} median {statistics.median(v)*1e3:8.1f} ms  (min {min(v)*1e3:.1f}, max {max(v)*1e3:.1f}, {runs} runs)")
 r = statistics.median(times["recommend (all offers)"]) / statistics.median(times["resolve (the top option)"])
-print(f"ratio recommend / resolve: {r:.1f} (machines planned: {out['machines_planned']})")
+print(f"ratio recommend / resolve: {r:.1f} (plans made: {out['plans_run']})")
 PY

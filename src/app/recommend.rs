@@ -3,6 +3,9 @@
 //! [`resolve_loaded`], the same code path `resolve --hardware` takes; the plans that fit are priced and ranked.
 //! Nothing here predicts speed or memory itself: every figure is the plan's, or arithmetic on the plan's figures
 //! and the price row's, and each option says which (`cost_basis`, `throughput_basis`, the price's date and age).
+//! With `--rate`, each machine's plan is sized to the load ([`sizing`]): the sequences an instance runs and
+//! replicas on GPUs the preset's plan leaves idle, pinned with `resolve`'s own `--parallel` and `--objective`, so
+//! an option is still one `resolve` command.
 //! With `owned`, the machine of `--inventory` (or this one, probed) is one more option at no rent and no
 //! purchase (power only, with `--usd-per-kwh` and the probed power limits), planned as plain `resolve` plans it:
 //! it answers "do I need anything new?". Trade-off: the owned machine counts as one instance only (you have one),
@@ -17,7 +20,10 @@ use crate::evidence::Basis;
 use crate::profile::prices::{self, Confidence, DateKind, PriceGpus};
 
 mod offers;
+mod sizing;
 use offers::offers;
+pub use sizing::Concurrency;
+use sizing::{Load, Sized, size, throughput};
 
 /// Seconds in an hour, for USD per hour against tokens per second.
 const SECONDS_PER_HOUR: f64 = 3600.0;
@@ -95,6 +101,9 @@ pub struct Choice {
     pub host: String,
     /// The `resolve` flags that plan the same machine (its plan is this option's, exactly).
     pub resolve_flags: String,
+    /// With `--rate`: the sequences the plan runs for its share of the rate, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
     pub status: Status,
     pub runtime: String,
     /// The plan's key settings, in words.
@@ -159,6 +168,8 @@ pub struct Recommendation {
     pub tokens: &'static str,
     pub priced_offers: usize,
     pub machines_planned: usize,
+    /// Plans made in all (`resolve_loaded` calls): one per machine, more where `--rate` sizes them.
+    pub plans_run: usize,
     /// Ranked: least USD per hour at the load first.
     pub options: Vec<Choice>,
     /// `price.id` of the cheapest option meeting every SLA target (else the cheapest).
@@ -257,8 +268,9 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
         "output"
     };
 
-    // One plan per distinct machine: on-demand and spot rows of one instance share it.
-    let mut plans: Vec<(Hardware, Result<Deployment, Failure>)> = Vec::new();
+    // One plan per distinct machine (sized to the rate): on-demand and spot rows of one instance share it.
+    let mut plans: Vec<(Hardware, Result<Sized, Failure>)> = Vec::new();
+    let mut plans_run = 0usize;
     let mut options = Vec::new();
     let mut rejected = Vec::new();
     for o in &offers {
@@ -273,14 +285,33 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
         let i = match plans.iter().position(|(h, _)| *h == hardware) {
             Some(i) => i,
             None => {
-                let r = ResolveRequest {
-                    model: req.model.clone(),
-                    workload: workload.id.clone(),
-                    hardware: hardware.clone(),
-                    overrides: req.overrides.clone(),
-                    stable: false,
+                let mut plan = |overrides: &Overrides| {
+                    plans_run += 1;
+                    let r = ResolveRequest {
+                        model: req.model.clone(),
+                        workload: workload.id.clone(),
+                        hardware: hardware.clone(),
+                        overrides: overrides.clone(),
+                        stable: false,
+                    };
+                    resolve_loaded(sources, &r, &spec, &workload)
                 };
-                plans.push((hardware, resolve_loaded(sources, &r, &spec, &workload)));
+                let sized = plan(&req.overrides).map(|doc| match req.rate_req_per_s {
+                    Some(rate_req_per_s) => {
+                        let load = Load {
+                            spec: &spec,
+                            workload: &workload,
+                            rate_req_per_s,
+                        };
+                        size(&mut plan, &req.overrides, doc, &load)
+                    }
+                    None => Sized {
+                        doc,
+                        overrides: req.overrides.clone(),
+                        concurrency: None,
+                    },
+                });
+                plans.push((hardware, sized));
                 plans.len() - 1
             }
         };
@@ -293,12 +324,12 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
             reason: reason.into(),
             detail,
         };
-        let doc = match &plans[i].1 {
+        let (doc, sized) = match &plans[i].1 {
             Err(f) => {
                 rejected.push(reject("error", format!("exit {}: {}", f.code, f.error)));
                 continue;
             }
-            Ok(doc) => doc,
+            Ok(s) => (&s.doc, s),
         };
         match doc.status {
             Status::NoFit => {
@@ -370,7 +401,8 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
             },
             node_profile: o.node_profile.clone(),
             host: o.host_basis.clone(),
-            resolve_flags: resolve_flags(&plans[i].0),
+            resolve_flags: resolve_flags(&plans[i].0, &sized.overrides),
+            concurrency: sized.concurrency.clone(),
             status: doc.status,
             runtime: doc.runtime.id.to_string(),
             settings: settings_words(&doc.settings),
@@ -472,6 +504,7 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
         tokens,
         priced_offers: offers.len(),
         machines_planned: plans.len(),
+        plans_run,
         cheapest: cheapest.map(|c| c.id.clone()),
         fewest_gpus,
         pareto,
@@ -519,84 +552,6 @@ fn owned_verdict(
             r.reason, r.detail
         )),
         None => new("the owned machine was not planned"),
-    }
-}
-
-/// What one instance sustains, from the plan's figures.
-struct Throughput {
-    replicas: u32,
-    tokens_per_s: f64,
-    requests_per_s: f64,
-    basis: String,
-}
-
-/// One instance's throughput. Serving: Little's law on the plan's figures, per replica: sequences in flight
-/// `n = decode tokens/s x TPOT` (the planner's decode rate is n per step of TPOT), each request held for
-/// `TTFT + generated tokens x TPOT`, so `n / that` requests per second; times the replicas on the instance.
-/// Embedding: the prefill rate over the prompt. Training: the plan's trained tokens per second.
-fn throughput(doc: &Deployment, w: &crate::profile::WorkloadProfile) -> Option<Throughput> {
-    let p = &doc.performance;
-    let replicas = replicas(doc);
-    let r = f64::from(replicas);
-    let t = if let Some(tr) = &p.training {
-        Throughput {
-            replicas,
-            tokens_per_s: tr.tokens_per_s,
-            requests_per_s: 0.0,
-            basis: format!(
-                "the plan's {:.1} trained tokens/s over all GPUs",
-                tr.tokens_per_s
-            ),
-        }
-    } else if w.generation_tokens == 0 {
-        let req = p.prefill_tokens_per_s / w.prompt_tokens.max(1) as f64;
-        Throughput {
-            replicas,
-            tokens_per_s: p.prefill_tokens_per_s * r,
-            requests_per_s: req * r,
-            basis: format!(
-                "{replicas} replica(s) x {:.1} prefill tokens/s / {} prompt tokens",
-                p.prefill_tokens_per_s, w.prompt_tokens
-            ),
-        }
-    } else {
-        let seqs = p.decode_tokens_per_s * p.time_per_output_token_ms / 1e3;
-        let held_s = (p.time_to_first_token_ms
-            + w.generation_tokens as f64 * p.time_per_output_token_ms)
-            / 1e3;
-        let req = seqs / held_s;
-        Throughput {
-            replicas,
-            tokens_per_s: req * w.generation_tokens as f64 * r,
-            requests_per_s: req * r,
-            basis: format!(
-                "{replicas} replica(s) x {seqs:.1} sequences / ({:.0} ms TTFT + {} tokens x {:.2} ms TPOT), {} figures",
-                p.time_to_first_token_ms,
-                w.generation_tokens,
-                p.time_per_output_token_ms,
-                format!("{:?}", p.basis).to_lowercase()
-            ),
-        }
-    };
-    (t.tokens_per_s.is_finite()
-        && t.tokens_per_s > 0.0
-        && (p.training.is_some() || t.requests_per_s > 0.0))
-        .then_some(t)
-}
-
-/// Replicas of the plan on one node: the `llama-server-replicas` artifact's servers, else vLLM's and torch's
-/// data parallel per node (the count `resolve`'s idle-GPU warning uses).
-fn replicas(doc: &Deployment) -> u32 {
-    let nodes = doc.topology.nodes.max(1);
-    match doc.artifact("llama-server-replicas") {
-        Some(a) => a
-            .files
-            .values()
-            .map(|script| script.lines().filter(|l| l.ends_with(" &")).count())
-            .sum::<usize>()
-            .max(1) as u32,
-        None if doc.performance.training.is_some() => 1,
-        None => (doc.topology.data_parallel / nodes).max(1),
     }
 }
 
@@ -667,8 +622,9 @@ fn cheaper_lost(best: &Choice, options: &[Choice], rejected: &[Rejected]) -> Vec
     out
 }
 
-/// The `resolve` flags for a machine.
-fn resolve_flags(h: &Hardware) -> String {
+/// The `resolve` flags for a machine and the overrides its plan was made with (`--runtime`, and the sizing's
+/// `--parallel` and `--objective`).
+fn resolve_flags(h: &Hardware, ov: &Overrides) -> String {
     let mut s = match &h.gpus {
         Some((1, id)) => format!("--hardware {id}"),
         Some((n, id)) => format!("--hardware {n}x:{id}"),
@@ -682,7 +638,16 @@ fn resolve_flags(h: &Hardware) -> String {
     if let Some(c) = h.host.cores {
         s.push_str(&format!(" --host-cores {c}"));
     }
-    s
+    if let Some(r) = ov.runtime {
+        s.push_str(&format!(" --runtime {r}"));
+    }
+    if let Some(n) = ov.parallel {
+        s.push_str(&format!(" --parallel {n}"));
+    }
+    if let Some(o) = ov.objective {
+        s.push_str(&format!(" --objective {}", format!("{o:?}").to_lowercase()));
+    }
+    s.trim_start().to_string()
 }
 
 /// A plan's key settings in a few words.

@@ -27,7 +27,9 @@ pub(super) struct RawRecommend {
     /// Time-per-output-token target in ms, replacing the preset's; options that miss it are dropped.
     #[arg(long = "sla-tpot-ms", value_name = "MS")]
     sla_tpot_ms: Option<f64>,
-    /// Requests per second to serve: each option gets the instances its predicted throughput needs.
+    /// Requests per second to serve: each option's plan is sized to it (the sequences one instance runs, by
+    /// Little's law on the plan's own speed, up to its KV pool and SLA; replicas on GPUs the plan leaves idle),
+    /// then gets the instances its predicted throughput needs.
     #[arg(long = "rate", value_name = "REQ_PER_S")]
     rate: Option<f64>,
     /// Drop options costing more than this many USD per hour at the load.
@@ -251,15 +253,23 @@ fn table(r: &Recommendation, limit: usize) -> String {
         "Load:     {}",
         match r.rate_req_per_s {
             Some(rate) => format!(
-                "{rate} requests/s: each option runs the instances its predicted throughput needs"
+                "{rate} requests/s: each option's plan is sized to it (sequences by Little's law, replicas on idle GPUs), then run on the instances it needs"
             ),
             None => "one instance at its predicted capacity (no --rate)".into(),
         }
     );
     let _ = writeln!(
         t,
-        "Prices:   {}: {} priced offers, {} distinct machines planned with resolve's planner; price ages counted to {}",
-        r.acquire, r.priced_offers, r.machines_planned, r.as_of
+        "Prices:   {}: {} priced offers, {} distinct machines planned with resolve's planner{}; price ages counted to {}",
+        r.acquire,
+        r.priced_offers,
+        r.machines_planned,
+        if r.plans_run > r.machines_planned {
+            format!(" ({} plans, sized to the rate)", r.plans_run)
+        } else {
+            String::new()
+        },
+        r.as_of
     );
     let _ = writeln!(
         t,
@@ -349,6 +359,9 @@ fn table(r: &Recommendation, limit: usize) -> String {
     if let Some(c) = find(&r.cheapest) {
         let _ = writeln!(t, "Cheapest:    {}", line(r, c));
         let _ = writeln!(t, "    throughput: {}", c.throughput_basis);
+        if let Some(k) = &c.concurrency {
+            let _ = writeln!(t, "    concurrency ({}): {}", k.bound, k.why);
+        }
         let _ = writeln!(t, "    cost: {}", c.cost_basis);
         let _ = writeln!(t, "    host: {}", c.host);
     }

@@ -15,6 +15,8 @@ use optimizer::profile::prices;
 use optimizer_testkit::gguf_builder::LlamaShape;
 use serde_json::Value;
 
+mod sizing;
+
 const INVENTORY: &str = "desktop-rtx4080.yaml";
 /// The day the built-in price files were read (their README): every age is counted to it.
 const AS_OF: &str = "2026-11-27";

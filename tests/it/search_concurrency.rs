@@ -159,3 +159,30 @@ fn a_vllm_batch_plan_of_405b_fp8_on_8_h100s_runs_what_the_kv_pool_holds() {
     // Issue 25 at 74f2d70: exit 3 with "236 would fit".
     vllm_batch_fits("Meta-Llama-3.1-405B-Instruct-FP8", "8x:h100-sxm");
 }
+
+/// `--objective throughput` on a balanced preset fills a node with llama.cpp replicas as a throughput preset does
+/// (the replicas follow the plan's objective, not only the preset's): an 8B GGUF on eight H100s
+/// (`--hardware 8x:h100-sxm` with a host that runs them) gets a replica per GPU for `chat --objective throughput`,
+/// and none for plain `chat`.
+#[test]
+fn the_objective_override_fills_the_node_with_llama_cpp_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = synth(dir.path(), "m8.gguf", LlamaShape::LLAMA3_8B);
+    let host = ["--host-memory", "2TiB", "--host-cores", "112"];
+    let replicas = |d: &Deployment| {
+        d.artifact("llama-server-replicas").map(|a| {
+            a.files
+                .values()
+                .map(|s| s.lines().filter(|l| l.ends_with(" &")).count())
+                .sum::<usize>()
+        })
+    };
+    let (chat, code) = common::resolve_doc("cpu-server.yaml", &path, "chat", "8x:h100-sxm", &host);
+    assert!(code == 0 || code == 5, "exit {code}");
+    assert_eq!(replicas(&chat), None);
+    let mut extra = host.to_vec();
+    extra.extend(["--objective", "throughput"]);
+    let (thr, code) = common::resolve_doc("cpu-server.yaml", &path, "chat", "8x:h100-sxm", &extra);
+    assert!(code == 0 || code == 5, "exit {code}");
+    assert_eq!(replicas(&thr), Some(8), "{:?}", thr.warnings);
+}

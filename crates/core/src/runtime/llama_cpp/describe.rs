@@ -443,9 +443,10 @@ impl LlamaCpp<'_> {
     }
 
     /// The GPUs of a machine that each hold a replica of a one-GPU plan, the planned one first, and why; none
-    /// unless the workload is throughput-bound and at least two fit. A GPU holds a replica when it is the same
-    /// product as the planned one with room for the plan's GPU bytes above its reserve; the host must hold
-    /// every replica's host bytes above its reserve and run every replica's threads on its physical cores.
+    /// unless the plan optimises throughput (the workload's objective, or `--objective throughput`) and at least
+    /// two fit. A GPU holds a replica when it is the same product as the planned one with room for the plan's GPU
+    /// bytes above its reserve; the host must hold every replica's host bytes above its reserve and run every
+    /// replica's threads on its physical cores.
     fn replica_gpus(
         &self,
         c: &Candidate<Point>,
@@ -453,7 +454,7 @@ impl LlamaCpp<'_> {
         threads: u32,
     ) -> Option<(Vec<DeviceId>, String)> {
         let p = &c.point;
-        if self.workload().objective != Objective::Throughput || p.gpus.len() != 1 {
+        if self.req.objective != Objective::Throughput || p.gpus.len() != 1 {
             return None;
         }
         let planned = self.gpus[p.gpus[0]];
