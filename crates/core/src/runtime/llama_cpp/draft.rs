@@ -46,22 +46,11 @@ fn vocab_type(m: &ModelSpec) -> Option<&str> {
 }
 
 fn meta_u64(m: &ModelSpec, key: &str) -> Option<u64> {
-    match m.metadata.get(key)? {
-        MetaValue::U8(v) => Some(u64::from(*v)),
-        MetaValue::U16(v) => Some(u64::from(*v)),
-        MetaValue::U32(v) => Some(u64::from(*v)),
-        MetaValue::U64(v) => Some(*v),
-        MetaValue::I32(v) => u64::try_from(*v).ok(),
-        MetaValue::I64(v) => u64::try_from(*v).ok(),
-        _ => None,
-    }
+    m.metadata.get(key).and_then(MetaValue::as_u64)
 }
 
 fn meta_bool(m: &ModelSpec, key: &str) -> Option<bool> {
-    match m.metadata.get(key)? {
-        MetaValue::Bool(b) => Some(*b),
-        _ => None,
-    }
+    m.metadata.get(key).and_then(MetaValue::as_bool)
 }
 
 /// The engine's `common_speculative_are_compatible` (common/speculative.cpp), as far as the files state it:

@@ -77,22 +77,11 @@ pub struct ImageTokens {
 }
 
 fn meta_str<'a>(m: &'a ModelSpec, key: &str) -> Option<&'a str> {
-    match m.metadata.get(key)? {
-        MetaValue::String(s) => Some(s.as_str()),
-        _ => None,
-    }
+    m.metadata.get(key).and_then(MetaValue::as_str)
 }
 
 fn meta_u64(m: &ModelSpec, key: &str) -> Option<u64> {
-    match m.metadata.get(key)? {
-        MetaValue::U8(v) => Some(u64::from(*v)),
-        MetaValue::U16(v) => Some(u64::from(*v)),
-        MetaValue::U32(v) => Some(u64::from(*v)),
-        MetaValue::U64(v) => Some(*v),
-        MetaValue::I32(v) => u64::try_from(*v).ok(),
-        MetaValue::I64(v) => u64::try_from(*v).ok(),
-        _ => None,
-    }
+    m.metadata.get(key).and_then(MetaValue::as_u64)
 }
 
 /// The projector type as the file names it (`clip.projector_type`, else `clip.vision.projector_type`).
