@@ -51,11 +51,14 @@ pub(super) fn describe_match(gpu: &crate::hardware::Gpu, set: &ProfileSet) -> St
         ),
         Resolution::Derived { profile, notes } => {
             let mut s = format!(
-                "no profile; derived {} (heuristic: {:.0} GB/s",
+                "no profile; derived {} ({:.0} GB/s",
                 profile.id, profile.memory.bandwidth_gb_s
             );
             if let Some(t) = profile.tensor_tflops.as_ref().and_then(|t| t.fp16_fp32acc) {
                 let _ = write!(s, ", {t:.1} FP16 tensor TFLOPS");
+            }
+            if let Some(v) = profile.vector_tflops.as_ref().and_then(|v| v.fp32) {
+                let _ = write!(s, ", {v:.1} FP32 vector TFLOPS");
             }
             s.push(')');
             for n in notes {

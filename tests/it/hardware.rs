@@ -498,6 +498,12 @@ fn sysfs_probe_reads_amd_and_intel_gpus_and_survives_garbage() {
             ("mem_info_vram_total", "25753026560\n"),
             ("mem_info_vram_used", "453026560\n"),
             ("uevent", "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:03:00.0\n"),
+            // amdgpu's pp_dpm_* layout (Documentation/gpu/amdgpu/thermal.rst): levels, `*` on the current one.
+            ("pp_dpm_sclk", "0: 500Mhz\n1: 1486Mhz *\n2: 2482Mhz\n"),
+            (
+                "pp_dpm_mclk",
+                "0: 96Mhz *\n1: 456Mhz\n2: 772Mhz\n3: 1249Mhz\n",
+            ),
         ],
     );
     std::fs::create_dir_all(drm.join("card0-DP-1")).unwrap();
@@ -536,6 +542,9 @@ fn sysfs_probe_reads_amd_and_intel_gpus_and_survives_garbage() {
             ("mem_info_vram_total", "8589934592"),
             ("mem_info_vram_used", "99999999999999"),
             ("product_name", "AMD Radeon Pro W7600"),
+            // Garbage clock levels: left out with a note, the card kept.
+            ("pp_dpm_sclk", "0: fastMhz\n1: 99999999999Mhz\n"),
+            ("pp_dpm_mclk", "\u{0}\u{1}binary"),
         ],
     );
     // A FIFO where an attribute should be must not block the probe.
@@ -587,6 +596,26 @@ fn sysfs_probe_reads_amd_and_intel_gpus_and_survives_garbage() {
     );
     assert_eq!(gpus[0].pci_bus_id.as_deref(), Some("0000:03:00.0"));
     assert_eq!(gpus[0].pci_id.as_deref(), Some("1002:744c"));
+    // The highest pp_dpm_sclk / pp_dpm_mclk levels; what sysfs does not expose stays out.
+    assert_eq!(
+        (gpus[0].max_sm_clock_mhz, gpus[0].max_memory_clock_mhz),
+        (Some(2482), Some(1249))
+    );
+    assert_eq!(
+        (gpus[0].sm_count, gpus[0].memory_bus_width_bits),
+        (None, None)
+    );
+    assert_eq!(
+        (gpus[2].max_sm_clock_mhz, gpus[2].max_memory_clock_mhz),
+        (None, None)
+    );
+    assert_eq!(gpus[1].max_sm_clock_mhz, None, "Intel has no pp_dpm files");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("card7") && n.contains("shader and memory clocks")),
+        "{notes:?}"
+    );
     // The integrated Intel GPU, the garbage AMD card and the FIFO card are notes, not silence.
     for needle in ["card2", "card5", "card8"] {
         assert!(
@@ -1049,4 +1078,285 @@ fn only_gpus_without_a_profile_need_the_cuda_drivers_details() {
     let scoped = hardware::probe_live_scoped(&|_| false);
     assert_eq!(full.gpus.len(), scoped.gpus.len());
     assert_eq!(full.cpu.model, scoped.cpu.model);
+}
+
+/// Inventories for GPUs no profile describes, inline rather than under tests/fixtures/inventories/ (every file
+/// there is planned into Kubernetes manifests that must be validated by benches/kubernetes/validate.py).
+///
+/// A desktop with an AMD Radeon RX 6700 XT (Navi 22, 1002:73df), with the figures amdgpu's sysfs does not expose
+/// written in: 40 compute units, 2581 MHz boost, a 192-bit bus at 16 Gbps (TechPowerUp GPU database, Radeon RX
+/// 6700 XT: 12 GB GDDR6, 384.0 GB/s, 13.21 TFLOPS FP32).
+const AMD_UNPROFILED: &str = "
+cpu: {model: AMD Ryzen 7 5800X 8-Core Processor, vendor: AuthenticAMD, physical_cores: 8, logical_cpus: 16,
+      features: [sse4.2, avx, avx2, fma, f16c]}
+memory: {total_bytes: 34359738368, available_bytes: 30000000000}
+gpus:
+  - {index: 0, name: AMD Radeon RX 6700 XT, vendor: amd, memory_total_bytes: 12868124672,
+     memory_free_bytes: 12600000000, pci_id: \"1002:73df\", sm_count: 40, max_sm_clock_mhz: 2581,
+     memory_bus_width_bits: 192, memory_data_rate_mt_s: 16000, source: fixture}
+";
+/// The same card as the sysfs probe reports it: memory, the highest pp_dpm_sclk / pp_dpm_mclk levels (the clocks
+/// illustrate the shape, not a measurement), no compute units, bus width or data rate.
+const AMD_UNPROFILED_SYSFS: &str = "
+cpu: {model: AMD Ryzen 7 5800X 8-Core Processor, vendor: AuthenticAMD, physical_cores: 8, logical_cpus: 16,
+      features: [sse4.2, avx, avx2, fma, f16c]}
+memory: {total_bytes: 34359738368, available_bytes: 30000000000}
+gpus:
+  - {index: 0, name: AMD Radeon RX 6700 XT, vendor: amd, memory_total_bytes: 12868124672,
+     memory_free_bytes: 12600000000, memory_used_bytes: 268124672, pci_id: \"1002:73df\", max_sm_clock_mhz: 2725,
+     max_memory_clock_mhz: 1000, source: sysfs}
+";
+/// A MacBook Pro with the 14-core-GPU Apple M3 Pro and 18 GiB, its GPU named with its core count.
+const APPLE_M3_PRO_14C: &str = "
+cpu: {model: Apple M3 Pro, vendor: Apple, physical_cores: 11, logical_cpus: 11, arch: aarch64,
+      features: [neon, dotprod, fp16, i8mm, bf16]}
+memory: {total_bytes: 19327352832, available_bytes: 14000000000, unified: true}
+gpus:
+  - {index: 0, name: Apple M3 Pro (14 GPU cores), vendor: apple, memory_total_bytes: 19327352832,
+     memory_free_bytes: 14000000000, unified_memory: true, source: fixture}
+";
+
+fn inline(text: &str) -> Inventory {
+    hardware::parse_inventory(text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn resolve_one(g: &hardware::Gpu, set: &ProfileSet) -> Resolution<'static> {
+    let hw: Vec<&HardwareProfile> = set.hardware.iter().map(|e| &e.value).collect();
+    let archs: Vec<&ArchitectureRule> = set.architectures().collect();
+    match resolve(g, &hw, &archs) {
+        Resolution::Profile { profile, by } => Resolution::Derived {
+            // The tests below only compare ids for matched profiles.
+            profile: Box::new(profile.clone()),
+            notes: vec![format!("matched by {by:?}")],
+        },
+        Resolution::Derived { profile, notes } => Resolution::Derived { profile, notes },
+        Resolution::Heuristic {
+            profile,
+            basis,
+            hint,
+        } => Resolution::Heuristic {
+            profile,
+            basis,
+            hint,
+        },
+        Resolution::Unresolved { notes } => Resolution::Unresolved { notes },
+    }
+}
+
+/// Issue 27: an AMD card nobody profiled, with its compute units, shader clock, bus width and data rate given,
+/// is derived from them (it used to take the NVIDIA path: "no architecture rule covers compute capability
+/// (none)", no TFLOPS, prefill bounded by bandwidth only). RX 6700 XT: 192 bits × 16,000 MT/s / 8 = 384 GB/s and
+/// 40 CUs × 64 × 2 × 2,581 MHz = 13.21 TFLOPS, TechPowerUp's own figures for the card.
+#[test]
+fn an_unprofiled_amd_gpu_is_derived_from_its_compute_units_clock_and_bus() {
+    let set = builtin();
+    let inv = inline(AMD_UNPROFILED);
+    assert_eq!(
+        resolved(&inv, &set),
+        vec![("derived-amd-radeon-rx-6700-xt".into(), "derived")]
+    );
+    let Resolution::Derived { profile, notes } = resolve_one(&inv.gpus[0], &set) else {
+        panic!("expected a derived profile");
+    };
+    assert!((profile.memory.bandwidth_gb_s - 384.0).abs() < 1e-9);
+    let v = profile.vector_tflops.as_ref().unwrap();
+    let want = 40.0 * 64.0 * 2.0 * 2581.0e6 / 1e12;
+    assert!((v.fp32.unwrap() - want).abs() < 1e-9, "{v:?}");
+    assert!((want - 13.21).abs() < 0.01);
+    assert_eq!(
+        optimizer::profile::matching::AMD_LANES_PER_CU,
+        optimizer::perf::gpu::AMD_LANES_PER_CU
+    );
+    assert_eq!(v.fp16, v.fp32, "single issue, no packed FP16 assumed");
+    assert_eq!(
+        (profile.sms, profile.boost_clock_mhz),
+        (Some(40), Some(2581))
+    );
+    assert_eq!(profile.vendor, optimizer::profile::Vendor::Amd);
+    assert!(
+        profile
+            .sources
+            .values()
+            .all(|s| s.starts_with("derived") || s.starts_with("probe")),
+        "{:?}",
+        profile.sources
+    );
+    // The notes list the probe fields the figures came from.
+    let all = notes.join("; ");
+    for field in [
+        "memory_bus_width_bits 192",
+        "memory_data_rate_mt_s 16000",
+        "sm_count 40",
+        "max_sm_clock_mhz 2581",
+    ] {
+        assert!(all.contains(field), "{field}: {all}");
+    }
+    // A peak bandwidth in the inventory is used as given.
+    let mut g = inv.gpus[0].clone();
+    g.memory_bus_width_bits = None;
+    g.peak_bandwidth_bytes_per_s = Some(400_000_000_000);
+    let Resolution::Derived { profile, .. } = resolve_one(&g, &set) else {
+        panic!("expected a derived profile");
+    };
+    assert!((profile.memory.bandwidth_gb_s - 400.0).abs() < 1e-9);
+    // Bandwidth known, compute units not: still derived, TFLOPS unknown and said so.
+    g.sm_count = None;
+    let Resolution::Derived { profile, notes } = resolve_one(&g, &set) else {
+        panic!("expected a derived profile");
+    };
+    assert!(profile.vector_tflops.is_none());
+    assert!(
+        notes.iter().any(|n| n.contains("compute units")),
+        "{notes:?}"
+    );
+}
+
+/// Issue 27: what the sysfs probe gives (clocks, no compute units or bus width) cannot derive a bandwidth, so the
+/// card stays bounded by AMD's own profiled cards and is marked heuristic; compute units from the inventory add a
+/// derived FP32/FP16 rate to the bound (it used to have none: prefill bounded by bandwidth only).
+#[test]
+fn an_amd_gpu_without_a_bandwidth_stays_heuristic_with_what_could_be_derived() {
+    let set = builtin();
+    let inv = inline(AMD_UNPROFILED_SYSFS);
+    assert_eq!(
+        resolved(&inv, &set),
+        vec![("heuristic-amd-radeon-rx-6700-xt".into(), "heuristic")]
+    );
+    let Resolution::Heuristic { profile, basis, .. } = resolve_one(&inv.gpus[0], &set) else {
+        panic!("expected a heuristic profile");
+    };
+    assert!(profile.vector_tflops.is_none());
+    assert!(basis.contains("Amd devices"), "{basis}");
+    // No AMD profile has as little as its 12 GiB, so the bound is the lowest AMD bandwidth of any size.
+    assert!(basis.contains("none has as little memory"), "{basis}");
+    let amd_lowest = set
+        .hardware
+        .iter()
+        .map(|e| &e.value)
+        .filter(|p| {
+            p.vendor == optimizer::profile::Vendor::Amd && p.kind == profile::DeviceKind::Gpu
+        })
+        .map(|p| p.memory.bandwidth_gb_s)
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(profile.memory.bandwidth_gb_s, amd_lowest);
+
+    let mut g = inv.gpus[0].clone();
+    g.sm_count = Some(40);
+    let Resolution::Heuristic { profile, basis, .. } = resolve_one(&g, &set) else {
+        panic!("expected a heuristic profile");
+    };
+    let fp32 = profile.vector_tflops.as_ref().and_then(|v| v.fp32).unwrap();
+    assert!(
+        (fp32 - 40.0 * 64.0 * 2.0 * 2725.0e6 / 1e12).abs() < 1e-9,
+        "{fp32}"
+    );
+    assert!(basis.contains("sm_count 40"), "{basis}");
+    assert!(profile.sources["vector_tflops"].starts_with("derived"));
+    assert!(profile.sources["memory.bandwidth_gb_s"].starts_with("heuristic"));
+}
+
+/// Issue 27: an Apple GPU's core count (from its name or `sm_count`) picks the profile of its bin, or scales the
+/// FP rate to its cores at the family clock the profile sources; the name alone keeps the profile.
+#[test]
+fn an_apple_gpu_core_count_picks_its_bin_or_derives_the_rate() {
+    use optimizer::profile::matching::{APPLE_FP32_LANES_PER_CORE, apple_bin, apple_gpu_cores};
+    let set = builtin();
+    // Every Apple profile's rate is its sourced bin: cores × 128 × 2 × MHz, to the 2 decimals it is written with.
+    let apple: Vec<&HardwareProfile> = set
+        .hardware
+        .iter()
+        .map(|e| &e.value)
+        .filter(|p| p.vendor == optimizer::profile::Vendor::Apple)
+        .collect();
+    assert!(apple.len() >= 17);
+    for p in &apple {
+        let (cores, mhz) = apple_bin(p).unwrap_or_else(|| panic!("{}: no sourced bin", p.id));
+        let want = f64::from(cores) * APPLE_FP32_LANES_PER_CORE * 2.0 * f64::from(mhz) / 1e6;
+        let have = p.vector_tflops.as_ref().and_then(|v| v.fp16).unwrap();
+        assert!((have - want).abs() < 0.006, "{}: {have} vs {want}", p.id);
+    }
+
+    let base = inventory("apple-m2-max.yaml").gpus[0].clone();
+    let named = |name: &str| {
+        let mut g = base.clone();
+        g.name = name.into();
+        g
+    };
+    assert_eq!(
+        apple_gpu_cores(&named("Apple M2 Max 38-core GPU")),
+        Some(38)
+    );
+    assert_eq!(
+        apple_gpu_cores(&named("Apple M3 Max (40 GPU cores)")),
+        Some(40)
+    );
+    assert_eq!(apple_gpu_cores(&named("Apple M2 Max")), None);
+
+    let id = |g: &hardware::Gpu| match resolve_one(g, &set) {
+        Resolution::Derived { profile, .. } => profile.id.clone(),
+        other => panic!("{other:?}"),
+    };
+    // The 30-core M3 Max has its own profile (300 GB/s); the name used to match the 40-core one.
+    assert_eq!(
+        id(&named("Apple M3 Max (30 GPU cores)")),
+        "apple-m3-max-30c-gpu"
+    );
+    assert_eq!(id(&named("Apple M3 Max (40 GPU cores)")), "apple-m3-max");
+    assert_eq!(id(&named("Apple M3 Max")), "apple-m3-max");
+
+    // A 14-core M3 Pro: no profile of that bin, so 14 × 128 × 2 × 1380 MHz = 4.95 TFLOPS (the profile's 18-core
+    // bin has 6.36); bandwidth and working set stay the profile's.
+    let inv = inline(APPLE_M3_PRO_14C);
+    assert_eq!(
+        resolved(&inv, &set),
+        vec![("derived-apple-m3-pro-14c-gpu".into(), "derived")]
+    );
+    let Resolution::Derived { profile, notes } = resolve_one(&inv.gpus[0], &set) else {
+        panic!("expected a derived profile");
+    };
+    let fp16 = profile.vector_tflops.as_ref().and_then(|v| v.fp16).unwrap();
+    assert!(
+        (fp16 - 14.0 * 128.0 * 2.0 * 1380.0e6 / 1e12).abs() < 1e-9,
+        "{fp16}"
+    );
+    let m3_pro = &set.hardware("apple-m3-pro").unwrap().value;
+    assert_eq!(profile.memory.bandwidth_gb_s, m3_pro.memory.bandwidth_gb_s);
+    assert_eq!(profile.gpu_working_set, m3_pro.gpu_working_set);
+    assert!(
+        notes[0].contains("14 GPU cores") && notes[0].contains("18-core bin"),
+        "{notes:?}"
+    );
+    // The inventory's `sm_count` gives the cores as well.
+    let mut g = named("Apple M3 Pro");
+    g.sm_count = Some(14);
+    assert_eq!(id(&g), "derived-apple-m3-pro-14c-gpu");
+}
+
+/// Issue 27: the resolved document says `derived` for figures computed from a GPU's own fields and `heuristic`
+/// for bounds taken from other cards.
+#[test]
+fn the_document_says_derived_or_heuristic_for_an_unprofiled_gpu() {
+    use crate::common::{plan, synth};
+    use optimizer::plan::Overrides;
+    use optimizer_testkit::gguf_builder::LlamaShape;
+    let set = builtin();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, m8) = synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    for (file, inv, basis) in [
+        ("AMD_UNPROFILED", inline(AMD_UNPROFILED), "derived"),
+        (
+            "AMD_UNPROFILED_SYSFS",
+            inline(AMD_UNPROFILED_SYSFS),
+            "heuristic",
+        ),
+        ("APPLE_M3_PRO_14C", inline(APPLE_M3_PRO_14C), "derived"),
+        ("amd-radeon.yaml", inventory("amd-radeon.yaml"), "profile"),
+    ] {
+        let d = plan(&m8, "m.gguf", &inv, &set, "chat", &Overrides::default())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let g = &d.hardware.gpus[0];
+        assert_eq!(g.basis, basis, "{file}: {}", g.profile);
+        let yaml = optimizer::yaml::to_string(&d).unwrap();
+        assert!(yaml.contains(&format!("basis: {basis}")), "{file}");
+    }
 }

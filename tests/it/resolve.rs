@@ -401,6 +401,7 @@ fn chosen_plans_fit_and_no_fitting_alternative_scores_better() {
                         max_sm_clock_mhz: None,
                         max_memory_clock_mhz: None,
                         memory_bus_width_bits: None,
+                        memory_data_rate_mt_s: None,
                         peak_bandwidth_bytes_per_s: None,
                         pcie_generation: None,
                         pcie_width: None,

@@ -199,14 +199,24 @@ pub struct Gpu {
     pub pci_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used_bytes: Option<u64>,
+    /// NVIDIA: streaming multiprocessors. AMD: compute units (HIP's `multiProcessorCount`; amdgpu's sysfs does
+    /// not expose them, so only an inventory file gives them). Apple: GPU cores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_count: Option<u32>,
+    /// NVIDIA: NVML's maximum SM clock. AMD: the highest shader-clock level of amdgpu's `pp_dpm_sclk`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sm_clock_mhz: Option<u32>,
+    /// NVIDIA: NVML's maximum memory clock. AMD: the highest level of amdgpu's `pp_dpm_mclk`, the memory
+    /// controller's clock, which is not the per-pin data rate (that depends on the memory type, which sysfs does
+    /// not give).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_clock_mhz: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bus_width_bits: Option<u32>,
+    /// Memory data rate per pin in megatransfers per second (a 20 Gbps GDDR6 card: 20000), where an inventory
+    /// gives it: with `memory_bus_width_bits` it derives the peak bandwidth of a GPU no profile describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_data_rate_mt_s: Option<u32>,
     /// Peak memory bandwidth derived from the memory clock and bus width (computed, bytes per second).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_bandwidth_bytes_per_s: Option<u64>,

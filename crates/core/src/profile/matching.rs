@@ -1,7 +1,7 @@
 //! Matching a probed GPU to a hardware profile, in order: PCI id, the profile's name rules, the normalized name
 //! (vendor prefixes, spacing and memory-size suffixes ignored; `Laptop GPU` kept apart from the desktop part),
-//! then deriving figures from the probe and the architecture's per-SM rates, then a conservative heuristic from
-//! compute capability and memory size. A usable GPU is never dropped: only one without a memory size is
+//! then deriving figures from the probe and the architecture's per-SM rates (AMD: compute units and clocks; Apple:
+//! the GPU-core count: `matching/vendor.rs`), then a conservative heuristic from compute capability and memory size. A usable GPU is never dropped: only one without a memory size is
 //! `Unresolved`.
 //!
 //! Trade-off: the heuristic takes the lowest bandwidth and TFLOPS among profiled peers (same compute
@@ -117,15 +117,19 @@ pub fn resolve<'a>(
         gpu.pci_id.as_deref(),
         gpu.memory_total_bytes,
     );
-    if let ([one, ..], Some(by)) = (c.as_slice(), by) {
+    let matched = match (c.as_slice(), by) {
         // Overlaps are refused by `profiles validate`; with a user overlay that overlaps anyway, the first
         // (built-in order, then overlay order) wins deterministically.
-        return Resolution::Profile { profile: one, by };
-    }
-    if let Some(profile) = by_normalized_name(profiles, &gpu.name, gpu.memory_total_bytes) {
-        return Resolution::Profile {
-            profile,
-            by: MatchedBy::NormalizedName,
+        ([one, ..], Some(by)) => Some((*one, by)),
+        _ => by_normalized_name(profiles, &gpu.name, gpu.memory_total_bytes)
+            .map(|p| (p, MatchedBy::NormalizedName)),
+    };
+    if let Some((profile, by)) = matched {
+        // An Apple GPU whose core count is known: its own bin's profile, or the rate scaled to its cores.
+        return match vendor::apple_with_cores(gpu, profile, profiles) {
+            Some(Ok(profile)) => Resolution::Profile { profile, by },
+            Some(Err(derived)) => derived,
+            None => Resolution::Profile { profile, by },
         };
     }
     if gpu.memory_total_bytes == 0 {
@@ -135,6 +139,9 @@ pub fn resolve<'a>(
                 gpu.name
             )],
         };
+    }
+    if gpu.vendor == GpuVendor::Amd {
+        return vendor::amd(gpu, profiles, architectures);
     }
     if let Some(bandwidth) = gpu.peak_bandwidth_bytes_per_s.filter(|b| *b > 0) {
         return derive(gpu, bandwidth, architectures);
@@ -610,9 +617,11 @@ fn heuristic<'a>(
 }
 
 mod usable;
+mod vendor;
 pub use usable::{
     MatchError, UsableMemory, gpu_from_profile, usable_gpu_bytes, working_set_fraction,
 };
+pub use vendor::{AMD_LANES_PER_CU, APPLE_FP32_LANES_PER_CORE, apple_bin, apple_gpu_cores};
 
 /// `NVIDIA GeForce RTX 5090` → `nvidia-geforce-rtx-5090`.
 pub fn slug(name: &str) -> String {

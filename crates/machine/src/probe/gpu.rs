@@ -182,6 +182,7 @@ fn nvml_devices(
             max_sm_clock_mhz: None,
             max_memory_clock_mhz: None,
             memory_bus_width_bits: None,
+            memory_data_rate_mt_s: None,
             peak_bandwidth_bytes_per_s: None,
             pcie_generation: None,
             pcie_width: None,
@@ -298,6 +299,7 @@ fn cuda_devices(notes: &mut Vec<String>) -> Vec<CudaDevice> {
                     .and_then(|k| u32::try_from(k / 1000).ok()),
                 max_memory_clock_mhz: mem_clock,
                 memory_bus_width_bits: bus,
+                memory_data_rate_mt_s: None,
                 peak_bandwidth_bytes_per_s: mem_clock
                     .zip(bus)
                     .map(|(c, w)| peak_bandwidth_bytes_per_s(c, w)),

@@ -102,6 +102,7 @@ pub fn apple_gpu(m: &MacSysctl, index: u32, available_bytes: u64) -> Gpu {
         max_sm_clock_mhz: None,
         max_memory_clock_mhz: None,
         memory_bus_width_bits: None,
+        memory_data_rate_mt_s: None,
         peak_bandwidth_bytes_per_s: None,
         pcie_generation: None,
         pcie_width: None,

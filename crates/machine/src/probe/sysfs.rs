@@ -3,6 +3,14 @@
 //! cards report local memory where the driver exposes it (`lmem_total_bytes` / `lmem_avail_bytes`, the i915
 //! backport driver for Arc); without it an Intel GPU is a note, not a GPU, since nothing could be placed on it.
 //!
+//! amdgpu's documented power-state files (Linux `Documentation/gpu/amdgpu/thermal.rst`, "pp_dpm_*": `pp_dpm_sclk`
+//! and `pp_dpm_mclk` list the shader and memory clock levels, one `N: <clock>Mhz` line each, `*` on the current
+//! one) give the highest shader clock (`max_sm_clock_mhz`) and memory clock (`max_memory_clock_mhz`), readable
+//! without root. What the documented files do not give is left out: the compute-unit count and the VRAM bus width
+//! (neither `driver-misc.rst`'s product and memory files nor `gpu_metrics`, whose tables hold current clocks,
+//! temperatures and activity, carry them), and the memory type that turns the memory clock into a data rate. An
+//! inventory file may give them (`sm_count` as compute units, `memory_bus_width_bits`, `memory_data_rate_mt_s`).
+//!
 //! Degrades, never fails: a missing, unreadable or garbage file leaves that figure out and adds a note; a card
 //! without a memory size is reported in the notes. The root is a parameter, so tests build a fake tree in a
 //! temporary directory. May touch: files under `root/sys/class/drm` only, regular files, bounded reads.
@@ -110,6 +118,24 @@ pub fn probe(root: &Path, first_index: u32, notes: &mut Vec<String>) -> Vec<Gpu>
                 .trim_end()
                 .to_string()
             });
+        let (max_sclk, max_mclk) = if vendor == GpuVendor::Amd {
+            let sclk = read_text(&dev.join("pp_dpm_sclk")).and_then(|t| max_dpm_mhz(&t));
+            let mclk = read_text(&dev.join("pp_dpm_mclk")).and_then(|t| max_dpm_mhz(&t));
+            if sclk.is_none() || mclk.is_none() {
+                notes.push(format!(
+                    "{label}: {} unreadable (pp_dpm_sclk / pp_dpm_mclk missing or not clock levels); that figure is \
+                     left out",
+                    match (sclk, mclk) {
+                        (None, None) => "shader and memory clocks",
+                        (None, Some(_)) => "shader clock",
+                        _ => "memory clock",
+                    }
+                ));
+            }
+            (sclk, mclk)
+        } else {
+            (None, None)
+        };
         gpus.push(Gpu {
             index,
             name,
@@ -122,9 +148,10 @@ pub fn probe(root: &Path, first_index: u32, notes: &mut Vec<String>) -> Vec<Gpu>
             pci_id,
             memory_used_bytes: Some(total - free),
             sm_count: None,
-            max_sm_clock_mhz: None,
-            max_memory_clock_mhz: None,
+            max_sm_clock_mhz: max_sclk,
+            max_memory_clock_mhz: max_mclk,
             memory_bus_width_bits: None,
+            memory_data_rate_mt_s: None,
             peak_bandwidth_bytes_per_s: None,
             pcie_generation: None,
             pcie_width: None,
@@ -173,6 +200,21 @@ fn read_hex(path: &Path) -> Option<u16> {
     u16::from_str_radix(t.strip_prefix("0x").unwrap_or(&t), 16).ok()
 }
 
+/// The highest clock of an amdgpu `pp_dpm_*` file: lines `0: 500Mhz`, `1: 2482Mhz *` (`S: 25Mhz` for a sleep
+/// level on some ASICs); `None` when no line holds a non-zero clock. Lines that are not clock levels are skipped.
+pub fn max_dpm_mhz(text: &str) -> Option<u32> {
+    text.lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let word = rest.split_whitespace().next()?;
+            let digits = word
+                .strip_suffix("Mhz")
+                .or_else(|| word.strip_suffix("MHz"))?;
+            digits.parse::<u32>().ok().filter(|mhz| *mhz > 0)
+        })
+        .max()
+}
+
 /// `PCI_SLOT_NAME=0000:03:00.0` from a device's `uevent`.
 fn pci_slot(uevent: &str) -> Option<String> {
     uevent
@@ -193,5 +235,26 @@ mod tests {
             Some("0000:03:00.0")
         );
         assert_eq!(pci_slot("DRIVER=amdgpu\n"), None);
+    }
+
+    #[test]
+    fn highest_dpm_level_is_the_max_clock() {
+        // RX 580 (amdgpu-sysfs test data, `pp_dpm_sclk`) and an RDNA 3 layout with a sleep level.
+        let rx580 = "0: 300Mhz \n1: 600Mhz \n2: 900Mhz *\n3: 1145Mhz \n4: 1215Mhz \n5: 1257Mhz \n6: 1300Mhz \n7: 1366Mhz\n";
+        assert_eq!(max_dpm_mhz(rx580), Some(1366));
+        assert_eq!(
+            max_dpm_mhz("S: 25Mhz\n0: 500Mhz *\n1: 2482MHz\n"),
+            Some(2482)
+        );
+        for garbage in [
+            "",
+            "lots",
+            "0: fastMhz",
+            "0: 0Mhz",
+            "0: 99999999999Mhz",
+            "1366",
+        ] {
+            assert_eq!(max_dpm_mhz(garbage), None, "{garbage:?}");
+        }
     }
 }

@@ -144,6 +144,7 @@ pub fn gpu_from_profile(
         max_sm_clock_mhz: p.boost_clock_mhz,
         max_memory_clock_mhz: None,
         memory_bus_width_bits: p.memory.bus_width_bits,
+        memory_data_rate_mt_s: None,
         peak_bandwidth_bytes_per_s: (bandwidth.is_finite()
             && bandwidth > 0.0
             && bandwidth < u64::MAX as f64)
