@@ -1018,7 +1018,7 @@ fn bad_clusters_are_refused_naming_the_defect() {
         .replace("name: h100-node", "name: other")
         .replace("count: 8", "count: 1017");
     let text = good.replace("fabric:", &format!("{second}fabric:"));
-    let err = hardware::parse_cluster(&text).unwrap_err();
+    let err = hardware::parse_cluster(&text).unwrap_err().to_string();
     assert!(
         err.contains("nodes[1] (other)") && err.contains("1024"),
         "{err}"
@@ -1026,7 +1026,7 @@ fn bad_clusters_are_refused_naming_the_defect() {
     let dup = text
         .replace("name: other", "name: h100-node")
         .replace("count: 1017", "count: 1");
-    let err = hardware::parse_cluster(&dup).unwrap_err();
+    let err = hardware::parse_cluster(&dup).unwrap_err().to_string();
     assert!(err.contains("appears twice"), "{err}");
 }
 

@@ -41,7 +41,7 @@ pub const MAX_DEPTH: usize = 64;
 /// The libyaml-following depth check that guarded serde_yaml_ng. Input no longer goes through it; its tests
 /// keep pinning the scanner that [`to_string`] relies on to libyaml's own tokenization.
 #[cfg(test)]
-pub(crate) fn check_depth(text: &str) -> Result<(), String> {
+pub(crate) fn check_depth(text: &str) -> Result<(), scanner::TooDeep> {
     Scanner::new(text.as_bytes(), MAX_DEPTH, false)
         .run()
         .map(|_| ())

@@ -146,49 +146,82 @@ impl Cluster {
     }
 }
 
+/// Why cluster text is not a usable cluster. `at` names the node group as `nodes[1] (dgx)` or the fabric
+/// field as `fabric.latency_us`; the messages are those `InventoryError::Invalid` carries after the path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidCluster {
+    /// The YAML does not parse or type (the message of `optimizer_input::yaml::from_str`).
+    #[error("{0}")]
+    Yaml(String),
+    #[error("nodes: a cluster needs at least one node group")]
+    NoNodes,
+    #[error("nodes[{index}]: name is empty")]
+    EmptyName { index: usize },
+    #[error("{at}: name appears twice")]
+    DuplicateName { at: String },
+    #[error("{at}: count is 0; a node group has at least 1 node")]
+    ZeroCount { at: String },
+    #[error("{at}: count {count} brings the cluster past the limit of {MAX_CLUSTER_NODES} nodes")]
+    TooManyNodes { at: String, count: u32 },
+    #[error("{at}: {gpus} GPUs in one node exceed the limit of {MAX_GPUS_PER_NODE}")]
+    TooManyGpus { at: String, gpus: usize },
+    /// A node group's inventory fails [`super::parse_inventory`]'s checks; its message is in this one's text,
+    /// so it is not also a `source` (a printed cause chain would repeat it).
+    #[error("{at}: inventory: {error}")]
+    Inventory {
+        at: String,
+        error: super::InvalidInventory,
+    },
+    #[error("{at}: {value} must be a positive finite number at most {max}")]
+    Figure {
+        at: &'static str,
+        value: f64,
+        max: f64,
+    },
+    #[error("fabric.links_per_node: {links} must be in 1..={MAX_LINKS_PER_NODE}")]
+    LinksPerNode { links: u32 },
+    #[error("{at}: empty source; say where the figure comes from")]
+    EmptySource { at: &'static str },
+}
+
 /// Parses cluster YAML and checks what the types cannot: every node group's inventory (as
 /// [`super::parse_inventory`] does), counts within [`MAX_CLUSTER_NODES`] and [`MAX_GPUS_PER_NODE`], unique
 /// names, and fabric figures that are finite, positive, within their limits and sourced.
-pub fn parse_cluster(text: &str) -> Result<Cluster, String> {
-    let c: Cluster = optimizer_input::yaml::from_str(text)?;
+pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
+    let c: Cluster = optimizer_input::yaml::from_str(text).map_err(InvalidCluster::Yaml)?;
     validate(&c)?;
     Ok(c)
 }
 
-fn validate(c: &Cluster) -> Result<(), String> {
+fn validate(c: &Cluster) -> Result<(), InvalidCluster> {
     if c.nodes.is_empty() {
-        return Err("nodes: a cluster needs at least one node group".into());
+        return Err(InvalidCluster::NoNodes);
     }
     let mut names = std::collections::BTreeSet::new();
     let mut total = 0u64;
     for (i, g) in c.nodes.iter().enumerate() {
         let at = format!("nodes[{i}] ({})", g.name);
         if g.name.trim().is_empty() {
-            return Err(format!("nodes[{i}]: name is empty"));
+            return Err(InvalidCluster::EmptyName { index: i });
         }
         if !names.insert(g.name.as_str()) {
-            return Err(format!("{at}: name appears twice"));
+            return Err(InvalidCluster::DuplicateName { at });
         }
         if g.count == 0 {
-            return Err(format!(
-                "{at}: count is 0; a node group has at least 1 node"
-            ));
+            return Err(InvalidCluster::ZeroCount { at });
         }
         // Each count is a u32, at most 2^32 per group; the sum is checked before it can pass the limit far.
         total = total.saturating_add(u64::from(g.count));
         if total > MAX_CLUSTER_NODES {
-            return Err(format!(
-                "{at}: count {} brings the cluster past the limit of {MAX_CLUSTER_NODES} nodes",
-                g.count
-            ));
+            return Err(InvalidCluster::TooManyNodes { at, count: g.count });
         }
         if g.inventory.gpus.len() > MAX_GPUS_PER_NODE {
-            return Err(format!(
-                "{at}: {} GPUs in one node exceed the limit of {MAX_GPUS_PER_NODE}",
-                g.inventory.gpus.len()
-            ));
+            return Err(InvalidCluster::TooManyGpus {
+                at,
+                gpus: g.inventory.gpus.len(),
+            });
         }
-        super::validate(&g.inventory).map_err(|e| format!("{at}: inventory: {e}"))?;
+        super::validate(&g.inventory).map_err(|error| InvalidCluster::Inventory { at, error })?;
     }
     if let Some(f) = &c.fabric {
         check_figure(
@@ -203,10 +236,7 @@ fn validate(c: &Cluster) -> Result<(), String> {
         )?;
         if let Some(l) = &f.links_per_node {
             if l.value == 0 || l.value > MAX_LINKS_PER_NODE {
-                return Err(format!(
-                    "fabric.links_per_node: {} must be in 1..={MAX_LINKS_PER_NODE}",
-                    l.value
-                ));
+                return Err(InvalidCluster::LinksPerNode { links: l.value });
             }
             check_source("fabric.links_per_node", &l.source)?;
         }
@@ -214,22 +244,25 @@ fn validate(c: &Cluster) -> Result<(), String> {
     Ok(())
 }
 
-fn check_figure(at: &str, figure: Option<&Sourced<f64>>, max: f64) -> Result<(), String> {
+fn check_figure(
+    at: &'static str,
+    figure: Option<&Sourced<f64>>,
+    max: f64,
+) -> Result<(), InvalidCluster> {
     let Some(f) = figure else { return Ok(()) };
     if !(f.value.is_finite() && f.value > 0.0 && f.value <= max) {
-        return Err(format!(
-            "{at}: {} must be a positive finite number at most {max}",
-            f.value
-        ));
+        return Err(InvalidCluster::Figure {
+            at,
+            value: f.value,
+            max,
+        });
     }
     check_source(at, &f.source)
 }
 
-fn check_source(at: &str, source: &str) -> Result<(), String> {
+fn check_source(at: &'static str, source: &str) -> Result<(), InvalidCluster> {
     if source.trim().is_empty() {
-        return Err(format!(
-            "{at}: empty source; say where the figure comes from"
-        ));
+        return Err(InvalidCluster::EmptySource { at });
     }
     Ok(())
 }
@@ -238,8 +271,8 @@ fn check_source(at: &str, source: &str) -> Result<(), String> {
 /// [`parse_cluster`]. Errors name the file.
 pub fn load_cluster(path: &std::path::Path) -> Result<Cluster, super::InventoryError> {
     let text = super::read_bounded(path, MAX_CLUSTER_BYTES, "a cluster description")?;
-    parse_cluster(&text).map_err(|message| super::InventoryError::Invalid {
+    parse_cluster(&text).map_err(|e| super::InventoryError::Invalid {
         path: path.to_path_buf(),
-        message,
+        message: e.to_string(),
     })
 }

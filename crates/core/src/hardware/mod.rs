@@ -7,7 +7,9 @@ mod inventory;
 
 use std::path::{Path, PathBuf};
 
-pub use cluster::{Cluster, Fabric, FabricKind, Node, Sourced, load_cluster, parse_cluster};
+pub use cluster::{
+    Cluster, Fabric, FabricKind, InvalidCluster, Node, Sourced, load_cluster, parse_cluster,
+};
 pub use inventory::{
     Bound, Caches, ComputeBackend, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory,
     MAX_LOGICAL_CPUS, Memory,
@@ -57,9 +59,9 @@ pub const MAX_INVENTORY_BYTES: u64 = 4 << 20;
 /// Reads and checks an inventory YAML file.
 pub fn load_inventory(path: &Path) -> Result<Inventory, InventoryError> {
     let text = read_bounded(path, MAX_INVENTORY_BYTES, "an inventory")?;
-    parse_inventory(&text).map_err(|message| InventoryError::Invalid {
+    parse_inventory(&text).map_err(|e| InventoryError::Invalid {
         path: path.to_path_buf(),
-        message,
+        message: e.to_string(),
     })
 }
 
@@ -81,59 +83,98 @@ fn read_bounded(path: &Path, max_bytes: u64, what: &'static str) -> Result<Strin
     })
 }
 
+/// Why inventory text is not a usable inventory: the YAML does not type, or a figure contradicts another.
+/// The messages are those `InventoryError::Invalid` carries after the file's path.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidInventory {
+    /// The YAML does not parse or type (the message of `optimizer_input::yaml::from_str`).
+    #[error("{0}")]
+    Yaml(String),
+    #[error("cpu: physical_cores {physical} must be at least 1 and at most logical_cpus {logical}")]
+    Cores { physical: u32, logical: u32 },
+    #[error(
+        "cpu.logical_cpus: {logical} exceeds {MAX_LOGICAL_CPUS}, the most logical CPUs a Linux kernel runs (NR_CPUS)"
+    )]
+    TooManyCpus { logical: u32 },
+    #[error(
+        "cpu.effective_cpus: {cpus} is not a CPU count; it must be a positive number of CPUs (a cgroup quota such as 2.5) at most {MAX_LOGICAL_CPUS}"
+    )]
+    EffectiveCpus { cpus: f64 },
+    #[error("memory: available_bytes {available} exceeds total_bytes {total}")]
+    AvailableMemory { available: u64, total: u64 },
+    #[error("gpus[{at}]: index {index} appears twice")]
+    DuplicateGpuIndex { at: usize, index: u32 },
+    #[error("gpus[{at}] ({name}): memory_free_bytes {free} exceeds memory_total_bytes {total}")]
+    GpuFreeMemory {
+        at: usize,
+        name: String,
+        free: u64,
+        total: u64,
+    },
+    #[error("gpus[{at}] ({name}): compute_capability {capability:?} is not MAJOR.MINOR")]
+    ComputeCapability {
+        at: usize,
+        name: String,
+        capability: String,
+    },
+}
+
 /// Parses inventory YAML and checks what the types cannot: GPU memory and indices.
-pub fn parse_inventory(text: &str) -> Result<Inventory, String> {
-    let inv: Inventory = optimizer_input::yaml::from_str(text)?;
+pub fn parse_inventory(text: &str) -> Result<Inventory, InvalidInventory> {
+    let inv: Inventory = optimizer_input::yaml::from_str(text).map_err(InvalidInventory::Yaml)?;
     validate(&inv)?;
     Ok(inv)
 }
 
-fn validate(inv: &Inventory) -> Result<(), String> {
+fn validate(inv: &Inventory) -> Result<(), InvalidInventory> {
     if inv.cpu.physical_cores == 0 || inv.cpu.logical_cpus < inv.cpu.physical_cores {
-        return Err(format!(
-            "cpu: physical_cores {} must be at least 1 and at most logical_cpus {}",
-            inv.cpu.physical_cores, inv.cpu.logical_cpus
-        ));
+        return Err(InvalidInventory::Cores {
+            physical: inv.cpu.physical_cores,
+            logical: inv.cpu.logical_cpus,
+        });
     }
     if inv.cpu.logical_cpus > MAX_LOGICAL_CPUS {
-        return Err(format!(
-            "cpu.logical_cpus: {} exceeds {MAX_LOGICAL_CPUS}, the most logical CPUs a Linux kernel runs (NR_CPUS)",
-            inv.cpu.logical_cpus
-        ));
+        return Err(InvalidInventory::TooManyCpus {
+            logical: inv.cpu.logical_cpus,
+        });
     }
     // A quota of 0.5 CPUs is real (`cpu.max` 50000 100000); NaN, infinities, zero and negatives are not, and
     // would silently plan one thread.
     if let Some(c) = inv.cpu.effective_cpus
         && !(c.is_finite() && c > 0.0 && c <= f64::from(MAX_LOGICAL_CPUS))
     {
-        return Err(format!(
-            "cpu.effective_cpus: {c} is not a CPU count; it must be a positive number of CPUs (a cgroup quota such as 2.5) at most {MAX_LOGICAL_CPUS}"
-        ));
+        return Err(InvalidInventory::EffectiveCpus { cpus: c });
     }
     if inv.memory.available_bytes > inv.memory.total_bytes {
-        return Err(format!(
-            "memory: available_bytes {} exceeds total_bytes {}",
-            inv.memory.available_bytes, inv.memory.total_bytes
-        ));
+        return Err(InvalidInventory::AvailableMemory {
+            available: inv.memory.available_bytes,
+            total: inv.memory.total_bytes,
+        });
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, g) in inv.gpus.iter().enumerate() {
         if !seen.insert(g.index) {
-            return Err(format!("gpus[{i}]: index {} appears twice", g.index));
+            return Err(InvalidInventory::DuplicateGpuIndex {
+                at: i,
+                index: g.index,
+            });
         }
         if g.memory_free_bytes > g.memory_total_bytes {
-            return Err(format!(
-                "gpus[{i}] ({}): memory_free_bytes {} exceeds memory_total_bytes {}",
-                g.name, g.memory_free_bytes, g.memory_total_bytes
-            ));
+            return Err(InvalidInventory::GpuFreeMemory {
+                at: i,
+                name: g.name.clone(),
+                free: g.memory_free_bytes,
+                total: g.memory_total_bytes,
+            });
         }
         if let Some(cc) = &g.compute_capability
             && parse_capability(cc).is_none()
         {
-            return Err(format!(
-                "gpus[{i}] ({}): compute_capability {cc:?} is not MAJOR.MINOR",
-                g.name
-            ));
+            return Err(InvalidInventory::ComputeCapability {
+                at: i,
+                name: g.name.clone(),
+                capability: cc.clone(),
+            });
         }
     }
     Ok(())

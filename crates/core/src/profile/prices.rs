@@ -167,18 +167,28 @@ pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(PriceFileSchema)).unwrap_or(serde_json::Value::Null)
 }
 
+/// A price file's schema could not be built: a fault of this crate, not of the file, reported on the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum SchemaError {
+    /// The schemars schema does not serialise to JSON.
+    #[error("{0}")]
+    Json(String),
+    #[error("the price schema does not compile: {0}")]
+    Compile(String),
+}
+
 /// The validator of one kind of price file, built once.
-fn validator(purchase: bool) -> Result<&'static jsonschema::Validator, String> {
-    static CLOUD: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
-    static PURCHASE: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+fn validator(purchase: bool) -> Result<&'static jsonschema::Validator, SchemaError> {
+    static CLOUD: OnceLock<Result<jsonschema::Validator, SchemaError>> = OnceLock::new();
+    static PURCHASE: OnceLock<Result<jsonschema::Validator, SchemaError>> = OnceLock::new();
     let (cell, schema) = if purchase {
         (&PURCHASE, schemars::schema_for!(PurchaseFile))
     } else {
         (&CLOUD, schemars::schema_for!(CloudFile))
     };
     cell.get_or_init(|| {
-        let v = serde_json::to_value(schema).map_err(|e| e.to_string())?;
-        jsonschema::validator_for(&v).map_err(|e| format!("the price schema does not compile: {e}"))
+        let v = serde_json::to_value(schema).map_err(|e| SchemaError::Json(e.to_string()))?;
+        jsonschema::validator_for(&v).map_err(|e| SchemaError::Compile(e.to_string()))
     })
     .as_ref()
     .map_err(Clone::clone)
@@ -255,7 +265,7 @@ pub fn parse(path: &str, text: &str) -> Result<PriceFile, Vec<Diagnostic>> {
 fn parse_errors(path: &str, value: &serde_json::Value, purchase: bool) -> Vec<Diagnostic> {
     let v = match validator(purchase) {
         Ok(v) => v,
-        Err(e) => return vec![diag(path, String::new(), e)],
+        Err(e) => return vec![diag(path, String::new(), e.to_string())],
     };
     v.iter_errors(value)
         .map(|e| {
@@ -266,14 +276,23 @@ fn parse_errors(path: &str, value: &serde_json::Value, purchase: bool) -> Vec<Di
         .collect()
 }
 
+/// Text that is not a calendar day `YYYY-MM-DD` in the years 1970-9999.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a date YYYY-MM-DD")]
+pub struct NotADate {
+    pub text: String,
+}
+
 /// Days since 1970-01-01 of a `YYYY-MM-DD` date, or why it is not one (a real calendar day, years 1970-9999).
-pub fn parse_date(text: &str) -> Result<i64, String> {
-    let bad = || format!("{text:?} is not a date YYYY-MM-DD");
+pub fn parse_date(text: &str) -> Result<i64, NotADate> {
+    let bad = || NotADate {
+        text: text.to_string(),
+    };
     let b = text.as_bytes();
     if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
         return Err(bad());
     }
-    let num = |s: &str| -> Result<i64, String> {
+    let num = |s: &str| -> Result<i64, NotADate> {
         if s.bytes().all(|c| c.is_ascii_digit()) {
             s.parse().map_err(|_| bad())
         } else {
@@ -518,7 +537,7 @@ pub fn check(path: &str, file: &PriceFile, set: &ProfileSet, today: i64) -> Vec<
             }
         }
         match parse_date(r.date) {
-            Err(e) => out.push(diag(path, at("date"), e)),
+            Err(e) => out.push(diag(path, at("date"), e.to_string())),
             Ok(d) if d > today && r.date_kind != DateKind::ValidUntil => out.push(diag(
                 path,
                 at("date"),
@@ -571,6 +590,18 @@ mod tests {
         ] {
             assert!(parse_date(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_typed_date_error_reads_as_the_string_error_it_replaced() {
+        let e = parse_date("2026-13-01").unwrap_err();
+        assert_eq!(
+            e,
+            NotADate {
+                text: "2026-13-01".into()
+            }
+        );
+        assert_eq!(e.to_string(), "\"2026-13-01\" is not a date YYYY-MM-DD");
     }
 
     /// The built-in tables load, validate and join against the built-in profiles.

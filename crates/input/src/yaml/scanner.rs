@@ -17,6 +17,14 @@ struct SimpleKey {
     index: u64,
 }
 
+/// A document nested past the scanner's depth bound; `line` counts from 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: nested deeper than {max_depth} levels")]
+pub(crate) struct TooDeep {
+    pub(crate) line: u64,
+    pub(crate) max_depth: usize,
+}
+
 /// The part of libyaml's scanner state that decides nesting and token extents. Positions count characters,
 /// as libyaml's marks do.
 pub(super) struct Scanner<'a> {
@@ -135,13 +143,12 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn too_deep(&self) -> Result<(), String> {
+    fn too_deep(&self) -> Result<(), TooDeep> {
         if self.flow_level + self.indents.len() > self.max_depth {
-            return Err(format!(
-                "line {}: nested deeper than {} levels",
-                self.line + 1,
-                self.max_depth
-            ));
+            return Err(TooDeep {
+                line: self.line + 1,
+                max_depth: self.max_depth,
+            });
         }
         Ok(())
     }
@@ -182,7 +189,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn roll_indent(&mut self, column: i64) -> Result<(), String> {
+    fn roll_indent(&mut self, column: i64) -> Result<(), TooDeep> {
         if self.flow_level == 0 && self.indent < column {
             self.indents.push(self.indent);
             self.indent = column;
@@ -200,7 +207,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Scans to the end; returns the plain scalars' byte ranges when they were collected.
-    pub(super) fn run(mut self) -> Result<Vec<(usize, usize)>, String> {
+    pub(super) fn run(mut self) -> Result<Vec<(usize, usize)>, TooDeep> {
         loop {
             self.scan_to_next_token();
             self.stale_simple_keys();

@@ -11,7 +11,12 @@ fn shallow_documents_pass() {
 #[test]
 fn deep_flow_block_and_dash_nesting_are_refused() {
     let flow = format!("a: {}1{}", "[".repeat(65), "]".repeat(65));
-    assert!(check_depth(&flow).unwrap_err().contains("deeper than 64"));
+    assert!(
+        check_depth(&flow)
+            .unwrap_err()
+            .to_string()
+            .contains("deeper than 64")
+    );
     let block: String = (0..70)
         .map(|i| format!("{}k{i}:\n", " ".repeat(2 * i)))
         .collect();

@@ -203,7 +203,7 @@ fn validate_into(
         let validator = match validator(kind) {
             Ok(v) => v,
             Err(e) => {
-                d(String::new(), e);
+                d(String::new(), e.to_string());
                 continue;
             }
         };

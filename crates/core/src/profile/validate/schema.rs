@@ -8,11 +8,19 @@ use serde_json::Value;
 
 use crate::profile::ProfileKind;
 
-pub(super) fn validator(kind: ProfileKind) -> Result<&'static jsonschema::Validator, String> {
-    static HW: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
-    static WL: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
-    static RU: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
-    static NO: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+/// A profile kind's JSON Schema does not compile: a fault of this crate, reported on the file being checked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("schema {name} does not compile: {message}")]
+pub(super) struct SchemaError {
+    name: &'static str,
+    message: String,
+}
+
+pub(super) fn validator(kind: ProfileKind) -> Result<&'static jsonschema::Validator, SchemaError> {
+    static HW: OnceLock<Result<jsonschema::Validator, SchemaError>> = OnceLock::new();
+    static WL: OnceLock<Result<jsonschema::Validator, SchemaError>> = OnceLock::new();
+    static RU: OnceLock<Result<jsonschema::Validator, SchemaError>> = OnceLock::new();
+    static NO: OnceLock<Result<jsonschema::Validator, SchemaError>> = OnceLock::new();
     let cell = match kind {
         ProfileKind::Hardware => &HW,
         ProfileKind::Workload => &WL,
@@ -22,8 +30,10 @@ pub(super) fn validator(kind: ProfileKind) -> Result<&'static jsonschema::Valida
     let name = kind.schema_name();
     cell.get_or_init(|| {
         let schema = crate::profile::json_schema(kind);
-        jsonschema::validator_for(&schema)
-            .map_err(|e| format!("schema {name} does not compile: {e}"))
+        jsonschema::validator_for(&schema).map_err(|e| SchemaError {
+            name,
+            message: e.to_string(),
+        })
     })
     .as_ref()
     .map_err(Clone::clone)

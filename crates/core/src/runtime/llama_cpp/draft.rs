@@ -53,20 +53,55 @@ fn meta_bool(m: &ModelSpec, key: &str) -> Option<bool> {
     m.metadata.get(key).and_then(MetaValue::as_bool)
 }
 
+/// Why llama-server would refuse a target and draft pair (`common_speculative_are_compatible`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incompatible {
+    /// Vocabulary types as [`vocab_type`] reads them; `None` where the file states none.
+    #[error(
+        "the draft's vocabulary type {} differs from the target's {}",
+        draft.as_deref().unwrap_or("(none stated)"),
+        target.as_deref().unwrap_or("(none stated)")
+    )]
+    VocabType {
+        target: Option<String>,
+        draft: Option<String>,
+    },
+    /// `token` is `BOS` or `EOS`; `target` and `draft` say whether each file adds it.
+    #[error(
+        "the target {} a {token} token and the draft {}",
+        if *target { "adds" } else { "does not add" },
+        if *draft { "does" } else { "does not" }
+    )]
+    AddsToken {
+        token: &'static str,
+        target: bool,
+        draft: bool,
+    },
+    #[error("the {token} token is id {target} in the target and id {draft} in the draft")]
+    TokenId {
+        token: &'static str,
+        target: u64,
+        draft: u64,
+    },
+    #[error(
+        "the target has {target} tokens and the draft {draft}: the engine allows a difference of at most {MAX_VOCAB_SIZE_DIFFERENCE}"
+    )]
+    VocabSize { target: u64, draft: u64 },
+}
+
 /// The engine's `common_speculative_are_compatible` (common/speculative.cpp), as far as the files state it:
 /// the same vocabulary type, the same BOS and EOS handling (`add_*_token` and, where added, the token id),
 /// token counts within [`MAX_VOCAB_SIZE_DIFFERENCE`]. `Err`: why the engine would refuse the pair.
 ///
 /// Not checked: the token texts from id 5 on (the model reader keeps the token array in the file), and BOS/EOS
 /// `add_*` flags a file leaves to the engine's per-tokenizer defaults.
-pub fn compatible(target: &ModelSpec, draft: &ModelSpec) -> Result<(), String> {
+pub fn compatible(target: &ModelSpec, draft: &ModelSpec) -> Result<(), Incompatible> {
     let (tt, dt) = (vocab_type(target), vocab_type(draft));
     if tt != dt {
-        return Err(format!(
-            "the draft's vocabulary type {} differs from the target's {}",
-            dt.unwrap_or("(none stated)"),
-            tt.unwrap_or("(none stated)")
-        ));
+        return Err(Incompatible::VocabType {
+            target: tt.map(str::to_string),
+            draft: dt.map(str::to_string),
+        });
     }
     for (name, add, id) in [
         (
@@ -84,28 +119,31 @@ pub fn compatible(target: &ModelSpec, draft: &ModelSpec) -> Result<(), String> {
         if let (Some(ta), Some(da)) = (ta, da)
             && ta != da
         {
-            return Err(format!(
-                "the target {} a {name} token and the draft {}",
-                if ta { "adds" } else { "does not add" },
-                if da { "does" } else { "does not" }
-            ));
+            return Err(Incompatible::AddsToken {
+                token: name,
+                target: ta,
+                draft: da,
+            });
         }
         // Where the token is added (or the files leave it to the engine's default), the ids must agree.
         let added = ta.or(da).unwrap_or(true);
         if let (true, Some(ti), Some(di)) = (added, meta_u64(target, id), meta_u64(draft, id))
             && ti != di
         {
-            return Err(format!(
-                "the {name} token is id {ti} in the target and id {di} in the draft"
-            ));
+            return Err(Incompatible::TokenId {
+                token: name,
+                target: ti,
+                draft: di,
+            });
         }
     }
     if let (Some(tv), Some(dv)) = (target.hparams.vocab_size, draft.hparams.vocab_size)
         && tv.abs_diff(dv) > MAX_VOCAB_SIZE_DIFFERENCE
     {
-        return Err(format!(
-            "the target has {tv} tokens and the draft {dv}: the engine allows a difference of at most {MAX_VOCAB_SIZE_DIFFERENCE}"
-        ));
+        return Err(Incompatible::VocabSize {
+            target: tv,
+            draft: dv,
+        });
     }
     Ok(())
 }

@@ -351,22 +351,34 @@ fn one(
     Ok(s)
 }
 
+/// Why `GET /v1/models` named no model: a note in the report (the run goes on without a model field), read as
+/// "GET /v1/models {why}".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NoModelList {
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    #[error("is not JSON ({0})")]
+    NotJson(String),
+    #[error("lists no model")]
+    Empty,
+}
+
 /// The first model `GET /v1/models` lists: `Ok(Err(why))` when the server has no such list; `Err` when it cannot
 /// be reached at all (nothing else would work either).
-fn first_model(cfg: &Config) -> Result<Result<String, String>, BenchError> {
+fn first_model(cfg: &Config) -> Result<Result<String, NoModelList>, BenchError> {
     let (call, head, body) = exchange(cfg, "GET", "/v1/models", &[], cfg.timeouts.idle)?;
     if head.status != 200 {
-        return Ok(Err(format!("answered HTTP {}", head.status)));
+        return Ok(Err(NoModelList::Status(head.status)));
     }
     let text = small_body(body).map_err(|e| call.error(e, "reading the model list", 0))?;
     let v: Value = match serde_json::from_slice(&text) {
         Ok(v) => v,
-        Err(e) => return Ok(Err(format!("is not JSON ({e})"))),
+        Err(e) => return Ok(Err(NoModelList::NotJson(e.to_string()))),
     };
     Ok(v.get("data")
         .and_then(|d| d.get(0))
         .and_then(|m| m.get("id"))
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| "lists no model".to_string()))
+        .ok_or(NoModelList::Empty))
 }
