@@ -345,6 +345,29 @@ fn derive<'a>(gpu: &Gpu, bandwidth: u64, architectures: &[&ArchitectureRule]) ->
         _ => None,
     };
     let profile = HardwareProfile {
+        architecture: arch.map(|a| a.id.clone()),
+        compute_capability: gpu.compute_capability.clone(),
+        sms: gpu.sm_count,
+        boost_clock_mhz: gpu.max_sm_clock_mhz,
+        tensor_tflops: tensor,
+        vector_tflops: vector,
+        features: arch.map(|a| a.features.clone()).unwrap_or_default(),
+        ..derived_profile(gpu, bandwidth_gb_s, sources)
+    };
+    Resolution::Derived {
+        profile: Box::new(profile),
+        notes,
+    }
+}
+
+/// The fields every profile derived from a probe shares: the GPU's own name, vendor, memory size and bus, power
+/// limit and PCIe link, with the bandwidth and sources the derivation found; the compute figures are the caller's.
+fn derived_profile(
+    gpu: &Gpu,
+    bandwidth_gb_s: f64,
+    sources: BTreeMap<String, String>,
+) -> HardwareProfile {
+    HardwareProfile {
         id: format!("derived-{}", slug(&gpu.name)),
         name: gpu.name.clone(),
         vendor: vendor_of(gpu.vendor),
@@ -353,7 +376,7 @@ fn derive<'a>(gpu: &Gpu, bandwidth: u64, architectures: &[&ArchitectureRule]) ->
         } else {
             DeviceKind::Gpu
         },
-        architecture: arch.map(|a| a.id.clone()),
+        architecture: None,
         matching: MatchRules::default(),
         memory: MemorySpec {
             size_bytes: Some(gpu.memory_total_bytes),
@@ -363,12 +386,12 @@ fn derive<'a>(gpu: &Gpu, bandwidth: u64, architectures: &[&ArchitectureRule]) ->
             bus_width_bits: gpu.memory_bus_width_bits,
             unified: gpu.unified_memory,
         },
-        compute_capability: gpu.compute_capability.clone(),
-        sms: gpu.sm_count,
-        boost_clock_mhz: gpu.max_sm_clock_mhz,
-        tensor_tflops: tensor,
-        vector_tflops: vector,
-        features: arch.map(|a| a.features.clone()).unwrap_or_default(),
+        compute_capability: None,
+        sms: None,
+        boost_clock_mhz: None,
+        tensor_tflops: None,
+        vector_tflops: None,
+        features: Vec::new(),
         tdp_w: gpu.power_limit_w,
         interconnect: gpu.pcie_generation.map(|g| Interconnect {
             pcie_gen: Some(g),
@@ -378,10 +401,6 @@ fn derive<'a>(gpu: &Gpu, bandwidth: u64, architectures: &[&ArchitectureRule]) ->
         cpu: None,
         gpu_working_set: Vec::new(),
         sources,
-    };
-    Resolution::Derived {
-        profile: Box::new(profile),
-        notes,
     }
 }
 

@@ -625,71 +625,29 @@ mod tests {
         let set = super::super::builtin_set().unwrap();
         let today = parse_date("2026-11-27").unwrap();
         let row = "{id: x-1, provider: aws, instance: i, region: r, pricing: spot, usd_per_hour: 1.0, gpus: {profile: h100-sxm, count: 1}, date: 2025-01-01, date_kind: read, confidence: low, source: https://e.x, source_note: n}";
+        let rows = |rows: &str| {
+            load(
+                &set,
+                &[(
+                    "u.yaml".into(),
+                    format!("schema_version: 1\nprices: [{rows}]"),
+                )],
+                today,
+            )
+        };
         let undated = row.replace("date: 2025-01-01, ", "");
-        let e = load(
-            &set,
-            &[(
-                "u.yaml".into(),
-                format!("schema_version: 1\nprices: [{undated}]"),
-            )],
-            today,
-        )
-        .unwrap_err();
+        let e = rows(&undated).unwrap_err();
         assert!(e[0].message.contains("date"), "{e:?}");
         let extra = row.replace("region: r", "region: r, colour: red");
-        assert!(
-            load(
-                &set,
-                &[(
-                    "u.yaml".into(),
-                    format!("schema_version: 1\nprices: [{extra}]")
-                )],
-                today
-            )
-            .is_err()
-        );
+        assert!(rows(&extra).is_err());
         let unknown = row.replace("h100-sxm", "no-such-gpu");
-        let e = load(
-            &set,
-            &[(
-                "u.yaml".into(),
-                format!("schema_version: 1\nprices: [{unknown}]"),
-            )],
-            today,
-        )
-        .unwrap_err();
+        let e = rows(&unknown).unwrap_err();
         assert_eq!(e[0].instance_path, "/prices/0/gpus/profile");
-        let e = load(
-            &set,
-            &[(
-                "u.yaml".into(),
-                format!("schema_version: 1\nprices: [{row}, {row}]"),
-            )],
-            today,
-        )
-        .unwrap_err();
+        let e = rows(&format!("{row}, {row}")).unwrap_err();
         assert!(e[0].message.contains("twice"), "{e:?}");
         let future = row.replace("2025-01-01", "2027-01-01");
-        assert!(
-            load(
-                &set,
-                &[(
-                    "u.yaml".into(),
-                    format!("schema_version: 1\nprices: [{future}]")
-                )],
-                today
-            )
-            .is_err()
-        );
-        let ok = load(
-            &set,
-            &[(
-                "u.yaml".into(),
-                format!("schema_version: 1\nprices: [{row}]"),
-            )],
-            today,
-        )
-        .unwrap();
+        assert!(rows(&future).is_err());
+        let ok = rows(row).unwrap();
         assert!(ok.cloud.iter().any(|(r, p)| r.id == "x-1" && p == "u.yaml"));
     }
 }

@@ -14,11 +14,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{Resolution, heuristic, normalize_name, slug, vendor_of};
+use super::{Resolution, derived_profile, heuristic, normalize_name, vendor_of};
 use crate::hardware::Gpu;
 use crate::profile::types::{
-    ArchitectureRule, DeviceKind, HardwareProfile, Interconnect, MatchRules, MemorySpec,
-    VectorTflops, Vendor,
+    ArchitectureRule, DeviceKind, HardwareProfile, MatchRules, VectorTflops, Vendor,
 };
 
 /// FP32 lanes per AMD compute unit: 4 SIMD16 units on GCN and CDNA, 2 SIMD32 on RDNA (AMD's "RDNA Architecture"
@@ -95,37 +94,15 @@ pub(super) fn amd<'a>(
             None
         }
     };
-    let profile = HardwareProfile {
-        id: format!("derived-{}", slug(&gpu.name)),
-        name: gpu.name.clone(),
-        vendor: Vendor::Amd,
+    let mut profile = HardwareProfile {
+        // An AMD GPU is planned as a discrete GPU even where the probe says its memory is shared.
         kind: DeviceKind::Gpu,
-        architecture: None,
-        matching: MatchRules::default(),
-        memory: MemorySpec {
-            size_bytes: Some(gpu.memory_total_bytes),
-            usable_bytes: None,
-            kind: "unknown".into(),
-            bandwidth_gb_s,
-            bus_width_bits: gpu.memory_bus_width_bits,
-            unified: false,
-        },
-        compute_capability: None,
         sms: rate.as_ref().map(|r| r.2),
         boost_clock_mhz: rate.as_ref().map(|r| r.3),
-        tensor_tflops: None,
         vector_tflops: vector,
-        features: Vec::new(),
-        tdp_w: gpu.power_limit_w,
-        interconnect: gpu.pcie_generation.map(|g| Interconnect {
-            pcie_gen: Some(g),
-            pcie_lanes: gpu.pcie_width,
-            nvlink_gb_s: None,
-        }),
-        cpu: None,
-        gpu_working_set: Vec::new(),
-        sources,
+        ..derived_profile(gpu, bandwidth_gb_s, sources)
     };
+    profile.memory.unified = false;
     Resolution::Derived {
         profile: Box::new(profile),
         notes,
