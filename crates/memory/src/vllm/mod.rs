@@ -44,9 +44,11 @@ pub use comm::{
     symm_mem_buffer_bytes, tp_buffers,
 };
 pub use graphs::{
-    BLACKWELL_DC_MAX_GRAPH_SIZE, CUDA_GRAPH_BYTES_PER_GRAPH_LAYER, CapturePlan, CudaGraphBytes,
-    CudaGraphMode, DEFAULT_MAX_GRAPH_SIZE, capture_plan, capture_sizes, capture_sizes_for,
-    cuda_graph_breakdown, cuda_graph_bytes, default_max_graph_size,
+    ATTENTION_NODES_PER_LAYER, BLACKWELL_DC_MAX_GRAPH_SIZE, CUDA_GRAPH_BYTES_PER_GRAPH,
+    CUDA_GRAPH_BYTES_PER_NODE, CUDA_GRAPH_DRIVER_SCALE_PERMILLE, CapturePlan, CudaGraphBytes,
+    CudaGraphMode, DEFAULT_MAX_GRAPH_SIZE, ELEMENTWISE_NODE_BYTES, NODES_PER_PIECE, capture_plan,
+    capture_sizes, capture_sizes_for, cuda_graph_breakdown, cuda_graph_bytes,
+    default_max_graph_size, driver_bytes, driver_bytes_scaled,
 };
 pub use kv::{MAX_CONCURRENT_BATCHES, enough};
 pub use weights::{Split, VOCAB_PADDING, kv_heads_per_rank, pad_vocab, split_of};
@@ -192,7 +194,8 @@ pub struct NonKv {
     /// allocated after the snapshot, inside the requested budget.
     pub runner_buffers_bytes: u64,
     /// The CUDA graphs' memory ([`graphs`]: the graphs counted from the source, their pool and warm-up from the
-    /// model's shapes, the driver's share per graph and layer bounded by the V2 captures seen): what
+    /// model's shapes, the driver's share per graph and node measured on an H100 and scaled to bound the V2
+    /// captures seen): what
     /// `profile_cudagraph_memory` estimates and `capture_model` then takes; 0 with `--enforce-eager`.
     pub cuda_graph_bytes: u64,
     /// The sampler path the peak and the buffers were counted for.
