@@ -524,3 +524,80 @@ fn e_score_correction_bias_is_held_in_f32_whatever_the_dtype() {
         );
     }
 }
+
+/// The DeepSeek-V3 header (tests/fixtures/vllm/gen_headers.py from its config.json, MTP layer 61 included) is
+/// the released checkpoint's tensor listing: a public listing of DeepSeek-R1's checkpoint (the same
+/// `DeepseekV3Config` and shapes) counts 91,991 tensors and 684,531,386,000 elements, which the model card
+/// rounds to "685B" (671B of the main model and 14B of the MTP module); the trunk without its F32 block scales
+/// is the paper's 671B.
+#[test]
+fn deepseek_v3_header_is_the_released_checkpoints_listing() {
+    let h = header("DeepSeek-V3");
+    let tensors: Vec<(&String, &serde_json::Value)> = h
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .collect();
+    assert_eq!(tensors.len(), 91_991);
+    let elements = |v: &serde_json::Value| -> u64 {
+        v["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .product()
+    };
+    let total: u64 = tensors.iter().map(|(_, v)| elements(v)).sum();
+    assert_eq!(total, 684_531_386_000);
+    assert!(rounds_to(total, "685"));
+    let trunk: u64 = tensors
+        .iter()
+        .filter(|(k, _)| !k.starts_with("model.layers.61.") && !k.ends_with("weight_scale_inv"))
+        .map(|(_, v)| elements(v))
+        .sum();
+    assert!(rounds_to(trunk, "671"), "{trunk}");
+    assert_eq!(data_bytes(&h), 688_574_839_360);
+}
+
+/// vLLM 0.33.0 never loads DeepSeek-V3's MTP layer (deepseek_v2.py `load_weights` skips what
+/// `get_spec_layer_idx_from_weight_name` names: `model.layers.61.*`): the weights per rank at TP 8 are the
+/// trunk's, derived from the shapes (`vllm_models::DEEPSEEK_V3`), and the MTP tensors are listed as not loaded.
+/// Before, the 13.46B elements of layer 61 (12.9 GiB over the ranks) were counted.
+#[test]
+fn deepseek_v3_mtp_layer_is_not_loaded_and_the_trunk_is_per_rank() {
+    let spec = vllm_models::spec("DeepSeek-V3");
+    let mtp: Vec<&model::TensorInfo> = spec
+        .tensors
+        .iter()
+        .filter(|t| t.name.starts_with("model.layers.61."))
+        .collect();
+    let w = vmem::weights(&spec, 8, Dtype::Bfloat16).unwrap();
+    assert!(
+        w.unclassified_tensors.is_empty(),
+        "{:?}",
+        w.unclassified_tensors
+    );
+    assert_eq!(w.not_loaded_tensors.len(), mtp.len());
+    assert!(
+        w.not_loaded_tensors
+            .iter()
+            .all(|n| n.starts_with("model.layers.61."))
+    );
+    let want = vllm_models::DEEPSEEK_V3.rank_weights(8);
+    assert_eq!(w.replicated_bytes, want.replicated);
+    assert_eq!(w.sharded_bytes, want.sharded);
+    assert_eq!(w.rope_cache_bytes, want.rope_cache);
+    assert_eq!(w.mla_decompressed_bytes, want.w_uk_uv);
+    assert_eq!(w.per_rank_bytes, want.per_rank);
+    let mtp_bytes: u64 = mtp.iter().map(|t| t.bytes).sum();
+    assert_eq!(
+        want.replicated + want.sharded,
+        spec.tensor_bytes() - mtp_bytes
+    );
+    eprintln!(
+        "DeepSeek-V3 TP8: {:.2} GiB a rank; the MTP layer's {:.2} GiB not loaded",
+        want.per_rank as f64 / (1u64 << 30) as f64,
+        mtp_bytes as f64 / (1u64 << 30) as f64
+    );
+}

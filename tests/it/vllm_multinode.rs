@@ -222,15 +222,27 @@ fn llama_70b_on_two_nodes_of_four_l4_is_tensor_4_by_pipeline_2() {
     check_lws(&d, "vllm-lws_llama-70b_l4-4x2_chat", 2, 4);
 }
 
-/// Expert parallel across nodes for a DeepSeek-V3-layout MoE: Kimi-K2-Instruct (model_type `kimi_k2`, DeepSeek-V3's
-/// layout with 384 routed experts instead of 256, block FP8; `vllm_models::kimi_k2`) stands in for DeepSeek-V3
-/// FP8, whose checkpoint header is not among the fixtures. No node holds its 959 GiB; the speed model weighs a
-/// pipeline (TP 8 x PP 2) against data-parallel engines with the routed experts spread whole over all 16 GPUs.
+/// DeepSeek-V3 FP8 (block FP8, 256 routed experts, its MTP layer stored but not loaded) across two 8x H100 nodes:
+/// no node holds its 641 GiB; the speed model weighs a pipeline (TP 8 x PP 2) against data-parallel engines with
+/// the routed experts spread whole over all 16 GPUs, 16 each.
+#[test]
+fn deepseek_v3_fp8_on_two_h100_nodes_runs_expert_parallel() {
+    expert_parallel_on_two_h100_nodes("DeepSeek-V3", &vllm_models::DEEPSEEK_V3, "deepseek-v3");
+}
+
+/// The same for Kimi-K2-Instruct (model_type `kimi_k2`, DeepSeek-V3's layout with 384 routed experts, 24 a GPU).
 #[test]
 fn a_deepseek_v3_layout_moe_on_two_h100_nodes_runs_expert_parallel() {
-    let written = vllm_models::materialize("Kimi-K2-Instruct");
+    expert_parallel_on_two_h100_nodes("Kimi-K2-Instruct", &vllm_models::KIMI_K2, "kimi-k2");
+}
+
+/// Resolves `id` for batch inference on two 8x H100 nodes and checks expert parallel: TP x DP = 16 with DP
+/// split over the nodes, the routed experts spread whole over the 16 GPUs and the rest at tensor parallel `tp`
+/// ([`vllm_models::MlaMoe::rank_weights`]), every flag one vLLM 0.33.0 serve takes, and an LWS that validates.
+fn expert_parallel_on_two_h100_nodes(id: &str, layout: &vllm_models::MlaMoe, case: &str) {
+    let written = vllm_models::materialize(id);
     let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("Kimi-K2-Instruct");
+    let dir = parent.path().join(id);
     std::fs::rename(written.path(), &dir).unwrap();
     let (d, code) = resolve_cluster("h100-8x2.yaml", &dir, "batch-inference");
     eprintln!("{}", serde_json::to_string_pretty(&d).unwrap());
@@ -241,13 +253,10 @@ fn a_deepseek_v3_layout_moe_on_two_h100_nodes_runs_expert_parallel() {
     assert_eq!(tp * dp, 16);
     assert_eq!(s.data_parallel_size_local, Some(dp / 2));
     assert_eq!(s.nnodes, Some(2));
-    // Weights per GPU: 384 x 60 routed experts of 3 x 7168 x 2048 FP8 bytes plus block scales, 24 whole experts
-    // per GPU (384 / 16), and the rest at tensor parallel `tp` (vllm_models::kimi_k2::rank_weights).
-    use vllm_models::kimi_k2::*;
-    let expert = 3 * H * MOE_INTER + 2 * scale_bytes(MOE_INTER, H) + scale_bytes(H, MOE_INTER);
-    let routed = MOE_LAYERS * EXPERTS * expert;
-    let w = rank_weights(u64::from(tp));
-    let want = w.per_rank - routed / u64::from(tp) + routed * 24 / EXPERTS;
+    // Weights per GPU: the routed experts spread whole, experts / 16 per GPU, the rest at tensor parallel `tp`.
+    let routed = layout.moe_layers() * layout.experts * layout.expert_bytes();
+    let w = layout.rank_weights(u64::from(tp));
+    let want = w.per_rank - routed / u64::from(tp) + routed / 16;
     let got = d.memory.devices[0].components.weights_bytes;
     assert!(
         (got as f64 / want as f64 - 1.0).abs() < 1e-3,
@@ -286,7 +295,12 @@ fn a_deepseek_v3_layout_moe_on_two_h100_nodes_runs_expert_parallel() {
     check_argv(&d, 2);
     assert!(a.argv.iter().any(|x| x == "--data-parallel-address"));
     assert!(d.provenance.contains_key("topology.layouts"));
-    check_lws(&d, "vllm-lws_kimi-k2_h100-8x2_batch-inference", 2, 8);
+    check_lws(
+        &d,
+        &format!("vllm-lws_{case}_h100-8x2_batch-inference"),
+        2,
+        8,
+    );
 }
 
 /// With the fabric's latency stated (tests/fixtures/clusters/h100-8x2-ndr.yaml: NDR InfiniBand, 50 GB/s per GPU,

@@ -280,71 +280,85 @@ pub(crate) fn spec(id: &str) -> ModelSpec {
     })
 }
 
-/// Kimi-K2-Instruct's shapes from its config.json (model_type `kimi_k2`, DeepSeek-V3's layout): MLA with
-/// `q_lora_rank` 1536, `kv_lora_rank` 512, `qk_nope_head_dim` 128, `qk_rope_head_dim` 64, `v_head_dim` 128 and
-/// 64 heads; 61 layers, the first dense (`first_k_dense_replace` 1, `intermediate_size` 18432), the other 60
-/// MoE with 384 routed experts and one shared expert of `moe_intermediate_size` 2048.
-pub(crate) mod kimi_k2 {
-    pub(crate) const H: u64 = 7168;
-    pub(crate) const VOCAB: u64 = 163_840;
-    pub(crate) const LAYERS: u64 = 61;
-    pub(crate) const DENSE_LAYERS: u64 = 1;
-    pub(crate) const MOE_LAYERS: u64 = LAYERS - DENSE_LAYERS;
-    pub(crate) const HEADS: u64 = 64;
-    pub(crate) const Q_RANK: u64 = 1536;
-    pub(crate) const KV_RANK: u64 = 512;
-    pub(crate) const NOPE: u64 = 128;
-    pub(crate) const ROPE: u64 = 64;
-    pub(crate) const V: u64 = 128;
-    pub(crate) const INTER: u64 = 18_432;
-    pub(crate) const MOE_INTER: u64 = 2048;
-    pub(crate) const EXPERTS: u64 = 384;
-    pub(crate) const SHARED: u64 = 1;
-    /// `weight_block_size` [128, 128] of the config's block-FP8 `quantization_config`.
-    pub(crate) const BLOCK: u64 = 128;
+/// The shapes of a DeepSeek-V3-layout checkpoint (MLA with `q_lora_rank`, block-FP8 [128, 128] linear layers,
+/// the first `dense_layers` layers dense, the rest MoE with routed and shared experts), from its config.json,
+/// and the bytes vLLM 0.33.0 holds for it per rank ([`MlaMoe::rank_weights`]).
+pub(crate) struct MlaMoe {
+    pub h: u64,
+    pub vocab: u64,
+    /// `num_hidden_layers` (the trunk; an MTP layer stored past it is not loaded).
+    pub layers: u64,
+    pub dense_layers: u64,
+    pub heads: u64,
+    pub q_rank: u64,
+    pub kv_rank: u64,
+    pub nope: u64,
+    pub rope: u64,
+    pub v: u64,
+    pub inter: u64,
+    pub moe_inter: u64,
+    pub experts: u64,
+    pub shared: u64,
+    /// Positions of the yarn `cos_sin_cache`: `original_max_position_embeddings × factor`.
+    pub rope_positions: u64,
+}
 
-    /// Elements of the linear layers of one MLA block: q_a, q_b, kv_a_with_mqa, kv_b, o.
-    pub(crate) const Q_A: u64 = Q_RANK * H;
-    pub(crate) const Q_B: u64 = HEADS * (NOPE + ROPE) * Q_RANK;
-    pub(crate) const KV_A: u64 = (KV_RANK + ROPE) * H;
-    pub(crate) const KV_B: u64 = HEADS * (NOPE + V) * KV_RANK;
-    pub(crate) const O: u64 = H * HEADS * V;
+/// `weight_block_size` [128, 128] of the block-FP8 `quantization_config`.
+pub(crate) const BLOCK: u64 = 128;
 
-    /// F32 bytes of a [out, in] linear layer's `weight_scale_inv` (ceil(out/128) × ceil(in/128) blocks).
-    pub(crate) const fn scale_bytes(out_f: u64, in_f: u64) -> u64 {
-        out_f.div_ceil(BLOCK) * in_f.div_ceil(BLOCK) * 4
+/// F32 bytes of a [out, in] linear layer's `weight_scale_inv` (ceil(out/128) × ceil(in/128) blocks).
+pub(crate) const fn scale_bytes(out_f: u64, in_f: u64) -> u64 {
+    out_f.div_ceil(BLOCK) * in_f.div_ceil(BLOCK) * 4
+}
+
+/// Bytes vLLM 0.33.0 holds for the model at `--dtype bfloat16` over `tp` ranks (rules in
+/// tests/it/vllm_fixtures.rs `kimi_k2_weights_per_rank_at_tp8_are_the_replicated_plus_an_eighth_of_the_sharded`).
+pub(crate) struct RankWeights {
+    pub replicated: u64,
+    pub sharded: u64,
+    pub rope_cache: u64,
+    pub w_uk_uv: u64,
+    pub per_rank: u64,
+}
+
+impl MlaMoe {
+    pub(crate) const fn moe_layers(&self) -> u64 {
+        self.layers - self.dense_layers
     }
 
-    /// Bytes vLLM 0.33.0 holds for the model at `--dtype bfloat16` over `tp` ranks (rules in
-    /// tests/it/vllm_fixtures.rs `kimi_k2_weights_per_rank_at_tp8_are_the_replicated_plus_an_eighth_of_the_sharded`).
-    pub(crate) struct RankWeights {
-        pub replicated: u64,
-        pub sharded: u64,
-        pub rope_cache: u64,
-        pub w_uk_uv: u64,
-        pub per_rank: u64,
+    /// FP8 bytes of one routed expert with its block scales (gate, up, down).
+    pub(crate) const fn expert_bytes(&self) -> u64 {
+        let (h, mi) = (self.h, self.moe_inter);
+        3 * h * mi + 2 * scale_bytes(mi, h) + scale_bytes(h, mi)
     }
 
-    pub(crate) fn rank_weights(tp: u64) -> RankWeights {
-        let norms = (LAYERS * (2 * H + Q_RANK + KV_RANK) + H) * 2;
-        let mla_a = LAYERS * (Q_A + scale_bytes(Q_RANK, H) + KV_A + scale_bytes(KV_RANK + ROPE, H));
-        let router = MOE_LAYERS * (EXPERTS * H * 2 + EXPERTS * 4);
+    pub(crate) fn rank_weights(&self, tp: u64) -> RankWeights {
+        let (h, heads) = (self.h, self.heads);
+        let q_a = self.q_rank * h;
+        let q_b = heads * (self.nope + self.rope) * self.q_rank;
+        let kv_a = (self.kv_rank + self.rope) * h;
+        let kv_b = heads * (self.nope + self.v) * self.kv_rank;
+        let o = h * heads * self.v;
+        let norms = (self.layers * (2 * h + self.q_rank + self.kv_rank) + h) * 2;
+        let mla_a = self.layers
+            * (q_a + scale_bytes(self.q_rank, h) + kv_a + scale_bytes(self.kv_rank + self.rope, h));
+        let router = self.moe_layers() * (self.experts * h * 2 + self.experts * 4);
         let replicated = norms + mla_a + router;
-        let mla_sharded = LAYERS
-            * (Q_B
-                + scale_bytes(HEADS * (NOPE + ROPE), Q_RANK)
-                + KV_B
-                + scale_bytes(HEADS * (NOPE + V), KV_RANK)
-                + O
-                + scale_bytes(H, HEADS * V));
-        let mlp = |inter: u64| 3 * H * inter + 2 * scale_bytes(inter, H) + scale_bytes(H, inter);
-        let ffn = DENSE_LAYERS * mlp(INTER) + MOE_LAYERS * (EXPERTS + SHARED) * mlp(MOE_INTER);
-        let vocab = 2 * VOCAB * H * 2;
+        let mla_sharded = self.layers
+            * (q_b
+                + scale_bytes(heads * (self.nope + self.rope), self.q_rank)
+                + kv_b
+                + scale_bytes(heads * (self.nope + self.v), self.kv_rank)
+                + o
+                + scale_bytes(h, heads * self.v));
+        let mlp = |inter: u64| 3 * h * inter + 2 * scale_bytes(inter, h) + scale_bytes(h, inter);
+        let ffn = self.dense_layers * mlp(self.inter)
+            + self.moe_layers() * (self.experts + self.shared) * mlp(self.moe_inter);
+        let vocab = 2 * self.vocab * h * 2;
         let sharded = mla_sharded + ffn + vocab;
-        let rope_cache = 4096 * 32 * ROPE * 2;
-        let w_uk_uv = LAYERS * KV_RANK * (HEADS / tp) * (NOPE + V) * 2;
+        let rope_cache = self.rope_positions * self.rope * 2;
+        let w_uk_uv = self.layers * self.kv_rank * (heads / tp) * (self.nope + self.v) * 2;
         let per_rank = replicated + sharded / tp + rope_cache + w_uk_uv;
-
         RankWeights {
             replicated,
             sharded,
@@ -352,5 +366,69 @@ pub(crate) mod kimi_k2 {
             w_uk_uv,
             per_rank,
         }
+    }
+}
+
+/// Kimi-K2-Instruct's shapes from its config.json (model_type `kimi_k2`, DeepSeek-V3's layout): MLA with
+/// `q_lora_rank` 1536, `kv_lora_rank` 512, `qk_nope_head_dim` 128, `qk_rope_head_dim` 64, `v_head_dim` 128 and
+/// 64 heads; 61 layers, the first dense (`first_k_dense_replace` 1, `intermediate_size` 18432), the other 60
+/// MoE with 384 routed experts and one shared expert of `moe_intermediate_size` 2048; yarn 4096 x 32.
+pub(crate) const KIMI_K2: MlaMoe = MlaMoe {
+    h: 7168,
+    vocab: 163_840,
+    layers: 61,
+    dense_layers: 1,
+    heads: 64,
+    q_rank: 1536,
+    kv_rank: 512,
+    nope: 128,
+    rope: 64,
+    v: 128,
+    inter: 18_432,
+    moe_inter: 2048,
+    experts: 384,
+    shared: 1,
+    rope_positions: 4096 * 32,
+};
+
+/// DeepSeek-V3's shapes from its config.json: Kimi-K2's layout with 128 heads, a 129,280-token vocabulary, 3
+/// dense layers, 256 routed experts and yarn 4096 x 40; its MTP layer (61) is stored but not loaded.
+pub(crate) const DEEPSEEK_V3: MlaMoe = MlaMoe {
+    heads: 128,
+    vocab: 129_280,
+    dense_layers: 3,
+    experts: 256,
+    rope_positions: 4096 * 40,
+    ..KIMI_K2
+};
+
+/// [`KIMI_K2`]'s figures by name, as the Kimi-K2 tests use them.
+pub(crate) mod kimi_k2 {
+    use super::KIMI_K2 as K;
+    pub(crate) use super::{BLOCK, RankWeights};
+    pub(crate) const H: u64 = K.h;
+    pub(crate) const VOCAB: u64 = K.vocab;
+    pub(crate) const LAYERS: u64 = K.layers;
+    pub(crate) const DENSE_LAYERS: u64 = K.dense_layers;
+    pub(crate) const MOE_LAYERS: u64 = K.moe_layers();
+    pub(crate) const HEADS: u64 = K.heads;
+    pub(crate) const Q_RANK: u64 = K.q_rank;
+    pub(crate) const KV_RANK: u64 = K.kv_rank;
+    pub(crate) const NOPE: u64 = K.nope;
+    pub(crate) const ROPE: u64 = K.rope;
+    pub(crate) const V: u64 = K.v;
+    pub(crate) const INTER: u64 = K.inter;
+    pub(crate) const MOE_INTER: u64 = K.moe_inter;
+    pub(crate) const EXPERTS: u64 = K.experts;
+    pub(crate) const SHARED: u64 = K.shared;
+    /// Elements of the linear layers of one MLA block: q_a, q_b, kv_a_with_mqa, kv_b, o.
+    pub(crate) const Q_A: u64 = Q_RANK * H;
+    pub(crate) const Q_B: u64 = HEADS * (NOPE + ROPE) * Q_RANK;
+    pub(crate) const KV_A: u64 = (KV_RANK + ROPE) * H;
+    pub(crate) const KV_B: u64 = HEADS * (NOPE + V) * KV_RANK;
+    pub(crate) const O: u64 = H * HEADS * V;
+
+    pub(crate) fn rank_weights(tp: u64) -> RankWeights {
+        K.rank_weights(tp)
     }
 }

@@ -51,7 +51,9 @@ pub use graphs::{
     default_max_graph_size, driver_bytes, driver_bytes_scaled,
 };
 pub use kv::{MAX_CONCURRENT_BATCHES, enough};
-pub use weights::{Split, VOCAB_PADDING, kv_heads_per_rank, pad_vocab, split_of};
+pub use weights::{
+    Split, VOCAB_PADDING, is_spec_layer, kv_heads_per_rank, pad_vocab, split_of, trunk_end,
+};
 
 /// The vLLM release every rule here follows.
 pub const VERSION: &str = "0.33.0";

@@ -31,6 +31,11 @@
 //! "Ignore unexpected biases (typically from GPTQ models)"); parameters are allocated from the model's layers,
 //! not from the file. Trade-off: a stored bias is left out only for the architectures whose builder's bias
 //! switches are read here (llama, qwen2, qwen3); elsewhere it is counted, an over-estimate of a few MiB at most.
+//! Nor are a checkpoint's multi-token-prediction blocks: vLLM builds `num_hidden_layers` decoder layers
+//! (`make_layers`), and every 0.33 main-model loader skips the layers stored past them
+//! (models/utils.py `get_spec_layer_idx_from_weight_name` in deepseek_v2.py `load_weights`, `skip_spec_layers`
+//! in glm4_moe.py) and the `mtp.` ones (`WeightsMapper(orig_to_new_prefix={"mtp.": None})`, qwen3_next.py,
+//! qwen3_5.py): DeepSeek-V3's layer 61, 14B of its 685B parameters, is loaded only by the MTP drafter.
 //!
 //! Beyond the file, "Model loading took" (torch bytes allocated by `load_model`, vllm/platforms/cuda.py
 //! `get_current_memory_usage`) includes: the rotary `cos_sin_cache` buffer (rotary_embedding/base.py
@@ -160,8 +165,8 @@ fn vllm_builds_bias(arch: &str, module: &str, b: LinearBias) -> Option<bool> {
 }
 
 /// Whether vLLM never loads stored tensor `t` (see the module doc).
-fn never_loaded(model: &ModelSpec, t: &TensorInfo) -> bool {
-    if ROTARY_BUFFERS.iter().any(|b| t.name.contains(b)) {
+fn never_loaded(model: &ModelSpec, t: &TensorInfo, trunk_end: Option<u64>) -> bool {
+    if ROTARY_BUFFERS.iter().any(|b| t.name.contains(b)) || is_spec_layer(t, trunk_end) {
         return true;
     }
     let Some(stem) = t.name.strip_suffix(".bias") else {
@@ -169,6 +174,29 @@ fn never_loaded(model: &ModelSpec, t: &TensorInfo) -> bool {
     };
     let module = stem.rsplit('.').next().unwrap_or(stem);
     vllm_builds_bias(&model.architecture, module, model.hparams.linear_bias) == Some(false)
+}
+
+/// The first layer index past the trunk vLLM builds: the lowest layer index stored (0, or a pipeline stage's
+/// first, whose tensors keep their checkpoint indices) plus `num_hidden_layers`, which a safetensors config counts
+/// without its MTP blocks (a GGUF's block count includes them, and vLLM plans no GGUF).
+pub fn trunk_end(model: &ModelSpec) -> Option<u64> {
+    if model.format != optimizer_model::Format::Safetensors {
+        return None;
+    }
+    let first = model
+        .tensors
+        .iter()
+        .filter_map(|t| t.layer)
+        .min()
+        .unwrap_or(0);
+    model.hparams.block_count?.checked_add(u64::from(first))
+}
+
+/// A multi-token-prediction tensor the main model never loads (see the module doc): under `mtp.`, or in a
+/// layer at or past [`trunk_end`].
+pub fn is_spec_layer(t: &TensorInfo, trunk_end: Option<u64>) -> bool {
+    t.name.starts_with("mtp.")
+        || matches!((t.layer, trunk_end), (Some(l), Some(end)) if u64::from(l) >= end)
 }
 
 fn is_bias(name: &str) -> bool {
@@ -306,8 +334,9 @@ pub(super) fn weights(
             .ok_or(VllmMemoryError::Overflow("per-rank bytes overflow"))?;
         Ok(())
     };
+    let trunk_end = trunk_end(model);
     for t in &model.tensors {
-        if never_loaded(model, t) {
+        if never_loaded(model, t, trunk_end) {
             out.not_loaded_tensors.push(t.name.clone());
             continue;
         }
@@ -434,10 +463,16 @@ fn mla_decompressed_bytes(
     let Some(rank) = h.kv_lora_rank else {
         return Ok(0);
     };
+    let trunk_end = trunk_end(model);
     let layers = model
         .tensors
         .iter()
-        .filter(|t| t.name.contains("kv_b_proj") && t.role != Role::QuantState && !is_bias(&t.name))
+        .filter(|t| {
+            t.name.contains("kv_b_proj")
+                && t.role != Role::QuantState
+                && !is_bias(&t.name)
+                && !is_spec_layer(t, trunk_end)
+        })
         .count() as u64;
     let heads = h.head_count.as_ref().map(|p| p.max()).unwrap_or(0);
     if !heads.is_multiple_of(tp) {

@@ -56,10 +56,11 @@ pub fn activated_share(used: u64, experts: u64, tokens: f64) -> f64 {
 }
 
 /// The routed experts of `model` alone, as [`expert_parallel_weights`] sizes them: only their tensors, no
-/// rotary cache and no MLA copies (which the memory model derives from the hyper-parameters). `None` for a
-/// dense model.
+/// rotary cache and no MLA copies (which the memory model derives from the hyper-parameters), and none of an MTP
+/// layer's, which vLLM never loads ([`mem::is_spec_layer`]). `None` for a dense model.
 pub fn routed_experts(model: &ModelSpec) -> Option<ModelSpec> {
     model.hparams.expert_count.filter(|&e| e > 0)?;
+    let trunk_end = mem::trunk_end(model);
     let mut routed = ModelSpec {
         format: model.format,
         gguf_version: model.gguf_version,
@@ -74,7 +75,7 @@ pub fn routed_experts(model: &ModelSpec) -> Option<ModelSpec> {
         tensors: model
             .tensors
             .iter()
-            .filter(|t| is_routed_expert(&t.name))
+            .filter(|t| is_routed_expert(&t.name) && !mem::is_spec_layer(t, trunk_end))
             .cloned()
             .collect(),
         layers: Vec::new(),
