@@ -563,7 +563,7 @@ fn deepseek_v3_header_is_the_released_checkpoints_listing() {
 /// vLLM 0.33.0 never loads DeepSeek-V3's MTP layer (deepseek_v2.py `load_weights` skips what
 /// `get_spec_layer_idx_from_weight_name` names: `model.layers.61.*`): the weights per rank at TP 8 are the
 /// trunk's, derived from the shapes (`vllm_models::DEEPSEEK_V3`), and the MTP tensors are listed as not loaded.
-/// Before, the 13.46B elements of layer 61 (12.9 GiB over the ranks) were counted.
+/// Before, the 13.46B elements of layer 61 (14.36 GiB) were counted.
 #[test]
 fn deepseek_v3_mtp_layer_is_not_loaded_and_the_trunk_is_per_rank() {
     let spec = vllm_models::spec("DeepSeek-V3");
