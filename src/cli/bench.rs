@@ -129,6 +129,7 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
 /// The summary table. The served model id and the notes come from the server (GET /v1/models), the
 /// deployment's names from its document: printed through [`super::terminal::safe`].
 fn table(done: &crate::app::Benched) -> String {
+    use super::table::right;
     use super::terminal::safe;
     let r = &done.report;
     let mut t = String::new();
@@ -148,33 +149,30 @@ fn table(done: &crate::app::Benched) -> String {
         r.max_tokens,
         if r.ignore_eos { ", ignore_eos" } else { "" }
     );
-    let _ = writeln!(
-        t,
-        "{:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13}",
-        "conc",
-        "reqs",
-        "ttft p50",
-        "ttft p90",
-        "tpot p50",
-        "tpot p90",
-        "decode tok/s",
-        "output tok/s"
-    );
+    let mut levels = super::table::Table::new(&[
+        right("conc", 5),
+        right("reqs", 5),
+        right("ttft p50", 10),
+        right("ttft p90", 10),
+        right("tpot p50", 10),
+        right("tpot p90", 10),
+        right("decode tok/s", 13),
+        right("output tok/s", 13),
+    ]);
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     for l in &r.levels {
-        let _ = writeln!(
-            t,
-            "{:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>13} {:>13.1}",
-            l.concurrency,
-            l.requests,
+        levels.row([
+            l.concurrency.to_string(),
+            l.requests.to_string(),
             ms(Some(l.ttft_ms.median)),
             ms(Some(l.ttft_ms.p90)),
             ms(l.tpot_ms.map(|s| s.median)),
             ms(l.tpot_ms.map(|s| s.p90)),
             ms(l.decode_tokens_per_s),
-            l.output_tokens_per_s
-        );
+            format!("{:.1}", l.output_tokens_per_s),
+        ]);
     }
+    t.push_str(&levels.render());
     let _ = writeln!(t, "times in ms; tokens counted from {}", {
         let mut from: Vec<&str> = r
             .levels

@@ -109,18 +109,17 @@ fn human(value: f64, unit: &str) -> String {
 }
 
 fn table(c: &Calibrated) -> String {
+    use super::table::{left, right};
     let mut t = format!(
-        "calibrate: run {} on {} ({}), kernels {}, {:.1} s\n\n{:<40} {:>18} {:>9}  {}\n",
-        c.run,
-        c.device_name,
-        c.device_profile,
-        c.isa,
-        c.seconds,
-        "figure",
-        "best",
-        "spread",
-        "rows"
+        "calibrate: run {} on {} ({}), kernels {}, {:.1} s\n\n",
+        c.run, c.device_name, c.device_profile, c.isa, c.seconds,
     );
+    let mut figures = super::table::Table::new(&[
+        left("figure", 40),
+        right("best", 18),
+        right("spread", 9),
+        left("rows", 0).gap(2),
+    ]);
     for f in &c.figures {
         let spread = if f.max > 0.0 {
             format!("{:.1} %", (f.max - f.min) / f.max * 100.0)
@@ -133,14 +132,9 @@ fn table(c: &Calibrated) -> String {
             (Some(a), _) => a.to_string(),
             _ => "-".into(),
         };
-        t.push_str(&format!(
-            "{:<40} {:>18} {:>9}  {}\n",
-            f.what,
-            human(f.value, &f.unit),
-            spread,
-            rows
-        ));
+        figures.row([f.what.clone(), human(f.value, &f.unit), spread, rows]);
     }
+    t.push_str(&figures.render());
     if let Some(n) = c.bandwidth_saturates_at_threads {
         t.push_str(&format!(
             "\nread bandwidth reaches {:.0} % of its most at {n} thread(s)\n",

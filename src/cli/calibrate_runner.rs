@@ -196,28 +196,34 @@ pub(super) fn run(args: &RunnerArgs, common: &Common) -> Result<(), Failure> {
 }
 
 fn table(s: &Summary, run: Option<i64>) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "{:>3} {:>4} {:>5} {:>5} {:>3} {:<5} {:<8} {:>12} {:>9} {:>6}",
-        "t", "ngl", "b", "ub", "fa", "ctk", "test", "tokens/s", "stddev", "row"
-    );
+    use super::table::{left, right};
+    let mut results = super::table::Table::new(&[
+        right("t", 3),
+        right("ngl", 4),
+        right("b", 5),
+        right("ub", 5),
+        right("fa", 3),
+        left("ctk", 5),
+        left("test", 8),
+        right("tokens/s", 12),
+        right("stddev", 9),
+        right("row", 6),
+    ]);
     for r in &s.results {
-        let _ = writeln!(
-            t,
-            "{:>3} {:>4} {:>5} {:>5} {:>3} {:<5} {:<8} {:>12.2} {:>9.2} {:>6}",
-            r.threads,
-            r.gpu_layers,
-            r.batch,
-            r.ubatch,
-            r.flash_attn,
-            r.cache_type_k,
-            r.test,
-            r.tokens_per_s,
-            r.stddev,
-            r.row.map_or("-".into(), |id| id.to_string())
-        );
+        results.row([
+            r.threads.to_string(),
+            r.gpu_layers.to_string(),
+            r.batch.to_string(),
+            r.ubatch.to_string(),
+            r.flash_attn.to_string(),
+            r.cache_type_k.clone(),
+            r.test.clone(),
+            format!("{:.2}", r.tokens_per_s),
+            format!("{:.2}", r.stddev),
+            r.row.map_or("-".into(), |id| id.to_string()),
+        ]);
     }
+    let mut t = results.render();
     for r in s.results.iter().filter_map(|r| r.skipped.as_ref()) {
         let _ = writeln!(t, "not recorded: {r}");
     }

@@ -482,6 +482,7 @@ pub(super) fn run(common: &Common, s: &Settings) -> Result<(), Failure> {
 }
 
 fn table(rep: &crate::app::EstimateReport) -> String {
+    use super::table::{left, right};
     let e = &rep.estimate;
     let mut o = String::new();
     let r = &e.resolved;
@@ -515,38 +516,50 @@ fn table(rep: &crate::app::EstimateReport) -> String {
             }
         })
     };
-    let mut head = format!(
-        "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-        "device", "weights", "repacked", "kv cache", "compute", "output", "overhead"
-    );
+    let mut columns = vec![
+        left("device", 8),
+        right("weights", 12),
+        right("repacked", 12),
+        right("kv cache", 12),
+        right("compute", 12),
+        right("output", 12),
+        right("overhead", 12),
+    ];
     if rep.draft.is_some() {
-        let _ = write!(head, " {:>12}", "draft");
+        columns.push(right("draft", 12));
     }
     if rep.mmproj.is_some() {
-        let _ = write!(head, " {:>12}", "mmproj");
+        columns.push(right("mmproj", 12));
     }
-    let _ = writeln!(o, "{head} {:>12}", "total");
+    columns.push(right("total", 12));
+    let mut devices = super::table::Table::new(&columns);
     for (k, d) in e.devices.iter().enumerate() {
-        let _ = write!(
-            o,
-            "{:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            d.device,
+        let mut cells = vec![
+            d.device.clone(),
             human_bytes(d.weights_bytes),
             human_bytes(d.weights_repack_bytes),
             human_bytes(d.kv_cache_bytes),
             human_bytes(d.compute_bytes),
             human_bytes(d.output_bytes),
             human_bytes(d.overhead_bytes),
+        ];
+        cells.extend(
+            [draft(k), mmproj(&d.device)]
+                .into_iter()
+                .flatten()
+                .map(human_bytes),
         );
-        for b in [draft(k), mmproj(&d.device)].into_iter().flatten() {
-            let _ = write!(o, " {:>12}", human_bytes(b));
-        }
-        let _ = writeln!(o, " {:>12}", human_bytes(d.total_bytes));
+        cells.push(human_bytes(d.total_bytes));
+        devices.row(cells);
     }
-    // The total row's layout as before the companions' columns, widened by one column per companion.
-    let columns = usize::from(rep.draft.is_some()) + usize::from(rep.mmproj.is_some());
-    let width = 103 + 13 * columns;
-    let _ = writeln!(o, "{:<8} {:>width$}", "total", human_bytes(e.total_bytes));
+    // The total row: the sum under the devices' totals.
+    let blanks = std::iter::repeat_n(String::new(), columns.len().saturating_sub(2));
+    devices.row(
+        std::iter::once("total".to_string())
+            .chain(blanks)
+            .chain([human_bytes(e.total_bytes)]),
+    );
+    o.push_str(&devices.render());
     if let Some(d) = &rep.draft {
         let _ = writeln!(
             o,
@@ -595,29 +608,28 @@ fn table(rep: &crate::app::EstimateReport) -> String {
 
 /// The sweep as a table: one row per value, each device's total, `*` on the largest value that fits it.
 fn sweep_table(sw: &crate::app::Sweep) -> String {
+    use super::table::right;
     let mut o = String::new();
     let flag = match sw.axis {
         crate::app::SweepAxis::Context => "-c",
         crate::app::SweepAxis::Parallel => "-np",
     };
-    let _ = write!(o, "{flag:>8}");
-    for d in &sw.devices {
-        let _ = write!(o, " {:>13}", d.device);
-    }
-    let _ = writeln!(o);
+    let mut columns = vec![right(flag, 8)];
+    columns.extend(sw.devices.iter().map(|d| right(&d.device, 13)));
+    let mut rows = super::table::Table::new(&columns);
     for row in &sw.rows {
-        let _ = write!(o, "{:>8}", row.value);
-        for (i, d) in sw.devices.iter().enumerate() {
+        let totals = sw.devices.iter().enumerate().map(|(i, d)| {
             let t = row.totals.get(i).copied().unwrap_or(0);
             let mark = if d.largest_fit == Some(row.value) {
                 "*"
             } else {
                 " "
             };
-            let _ = write!(o, " {:>12}{mark}", human_bytes(t));
-        }
-        let _ = writeln!(o);
+            format!("{}{mark}", human_bytes(t))
+        });
+        rows.row(std::iter::once(row.value.to_string()).chain(totals));
     }
+    o.push_str(&rows.render());
     for d in &sw.devices {
         match (d.room_bytes, d.largest_fit) {
             (Some(r), Some(v)) => {

@@ -181,11 +181,12 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 fn table(m: &ModelSpec, with_tensors: bool) -> String {
+    use super::table::{Table, left, right};
     let h = &m.hparams;
-    let mut o = String::new();
     // Names, paths, dtypes and methods come from the model's files: printed with controls escaped.
+    let mut facts = Table::headless(&[left("", 14), left("", 0)]);
     let mut row = |k: &str, v: String| {
-        let _ = writeln!(o, "{k:<14} {}", super::terminal::safe(&v));
+        facts.row([k, super::terminal::safe(&v).as_ref()]);
     };
     let where_ = match m.files.as_slice() {
         [one] => one.path.display().to_string(),
@@ -369,34 +370,29 @@ fn table(m: &ModelSpec, with_tensors: bool) -> String {
         ),
     );
     row("fingerprint", m.fingerprint.clone());
+    let mut o = facts.render();
     if with_tensors {
-        let w = m
-            .tensors
-            .iter()
-            .map(|t| super::terminal::safe(&t.name).chars().count())
-            .max()
-            .unwrap_or(4)
-            .max(4);
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "{:<w$}  {:<8} {:<24} {:>14}  {:<11} layer",
-            "name", "type", "shape", "bytes", "role"
-        );
+        let mut tensors = Table::new(&[
+            left("name", 4),
+            left("type", 8).gap(2),
+            left("shape", 24),
+            right("bytes", 14),
+            left("role", 11).gap(2),
+            left("layer", 0),
+        ]);
         for t in &m.tensors {
-            let shape = format!("{:?}", t.shape);
             let role = serde_json::to_string(&t.role).unwrap_or_default();
-            let _ = writeln!(
-                o,
-                "{:<w$}  {:<8} {:<24} {:>14}  {:<11} {}",
-                super::terminal::safe(&t.name),
-                t.dtype.name(),
-                shape,
-                t.bytes,
-                role.trim_matches('"'),
-                opt(t.layer)
-            );
+            tensors.row([
+                super::terminal::safe(&t.name).into_owned(),
+                t.dtype.name().to_string(),
+                format!("{:?}", t.shape),
+                t.bytes.to_string(),
+                role.trim_matches('"').to_string(),
+                opt(t.layer),
+            ]);
         }
+        o.push('\n');
+        o.push_str(&tensors.render());
     }
     o
 }

@@ -188,28 +188,34 @@ pub(super) fn prune(common: &Common, s: &PruneSettings) -> Result<(), Failure> {
 /// `measurements list` as a table. Status, tool, device and metric are the store's text, written by imports of
 /// other tools' output: printed through [`super::terminal::safe`], so a stored name cannot drive the terminal.
 pub(super) fn list_table(rows: &[crate::store::Listed]) -> String {
+    use super::table::{left, right};
     use super::terminal::safe;
-    let mut t = format!(
-        "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14} {:>3} {:>5}\n",
-        "row", "run", "status", "tool", "device", "metric", "value", "t", "ngl"
-    );
+    let mut t = super::table::Table::new(&[
+        right("row", 5),
+        right("run", 4),
+        left("status", 10),
+        left("tool", 20),
+        left("device", 34),
+        left("metric", 22),
+        right("value", 14),
+        right("t", 3),
+        right("ngl", 5),
+    ]);
     let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
     for r in rows {
-        let _ = writeln!(
-            t,
-            "{:>5} {:>4} {:<10} {:<20} {:<34} {:<22} {:>14.3} {:>3} {:>5}",
-            r.row,
-            r.run,
-            safe(&r.status),
-            safe(&r.tool),
-            safe(&r.device_profile),
-            safe(&r.metric),
-            r.value,
+        t.row([
+            r.row.to_string(),
+            r.run.to_string(),
+            safe(&r.status).into_owned(),
+            safe(&r.tool).into_owned(),
+            safe(&r.device_profile).into_owned(),
+            safe(&r.metric).into_owned(),
+            format!("{:.3}", r.value),
             opt(r.threads),
-            opt(r.gpu_layers)
-        );
+            opt(r.gpu_layers),
+        ]);
     }
-    t
+    t.render()
 }
 
 fn ids(v: &[i64]) -> String {

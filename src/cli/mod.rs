@@ -16,6 +16,7 @@ mod probe;
 mod profiles;
 mod recommend;
 mod resolve;
+mod table;
 pub(crate) mod terminal;
 
 use std::io::Write;

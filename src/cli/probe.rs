@@ -79,69 +79,78 @@ pub(super) fn describe_match(gpu: &crate::hardware::Gpu, set: &ProfileSet) -> St
 }
 
 fn table(inv: &Inventory, source: &str, set: &ProfileSet) -> String {
-    let mut o = String::new();
+    use super::table::left;
+    // Labelled lines: the label column, then what was found.
+    let mut t = super::table::Table::headless(&[left("", 13), left("", 0)]);
     let c = &inv.cpu;
-    let _ = writeln!(o, "source        {source}");
-    let _ = writeln!(
-        o,
-        "cpu           {} ({}), {} physical cores, {} logical CPUs{}",
-        c.model,
-        c.vendor,
-        c.physical_cores,
-        c.logical_cpus,
-        c.effective_cpus
-            .map(|e| format!(", {e:.2} usable{}", bound(c.cpu_bound)))
-            .unwrap_or_default()
-    );
-    let _ = writeln!(o, "features      {}", c.features.join(" "));
+    t.row(["source", source]);
+    t.row([
+        "cpu".to_string(),
+        format!(
+            "{} ({}), {} physical cores, {} logical CPUs{}",
+            c.model,
+            c.vendor,
+            c.physical_cores,
+            c.logical_cpus,
+            c.effective_cpus
+                .map(|e| format!(", {e:.2} usable{}", bound(c.cpu_bound)))
+                .unwrap_or_default()
+        ),
+    ]);
+    t.row(["features".to_string(), c.features.join(" ")]);
     let m = &inv.memory;
-    let _ = writeln!(
-        o,
-        "memory        {} total, {} available{}{}{}",
-        human_bytes(m.total_bytes),
-        human_bytes(m.available_bytes),
-        bound(m.bound),
-        m.host_total_bytes
-            .map(|h| format!(" (host {})", human_bytes(h)))
-            .unwrap_or_default(),
-        if m.unified {
-            ", unified with the GPU"
-        } else {
-            ""
-        }
-    );
+    t.row([
+        "memory".to_string(),
+        format!(
+            "{} total, {} available{}{}{}",
+            human_bytes(m.total_bytes),
+            human_bytes(m.available_bytes),
+            bound(m.bound),
+            m.host_total_bytes
+                .map(|h| format!(" (host {})", human_bytes(h)))
+                .unwrap_or_default(),
+            if m.unified {
+                ", unified with the GPU"
+            } else {
+                ""
+            }
+        ),
+    ]);
     if inv.gpus.is_empty() {
-        let _ = writeln!(o, "gpus          none");
+        t.row(["gpus", "none"]);
     }
     for g in &inv.gpus {
-        let _ = writeln!(
-            o,
-            "gpu {:<9} {}, {} total, {} free{}{}",
-            g.index,
-            g.name,
-            human_bytes(g.memory_total_bytes),
-            human_bytes(g.memory_free_bytes),
-            g.compute_capability
-                .as_ref()
-                .map(|c| format!(", compute {c}"))
-                .unwrap_or_default(),
-            g.peak_bandwidth_bytes_per_s
-                .map(|b| format!(", {:.0} GB/s peak (computed)", b as f64 / 1e9))
-                .unwrap_or_default(),
-        );
-        let _ = writeln!(o, "              {}", describe_match(g, set));
+        t.row([
+            format!("gpu {}", g.index),
+            format!(
+                "{}, {} total, {} free{}{}",
+                g.name,
+                human_bytes(g.memory_total_bytes),
+                human_bytes(g.memory_free_bytes),
+                g.compute_capability
+                    .as_ref()
+                    .map(|c| format!(", compute {c}"))
+                    .unwrap_or_default(),
+                g.peak_bandwidth_bytes_per_s
+                    .map(|b| format!(", {:.0} GB/s peak (computed)", b as f64 / 1e9))
+                    .unwrap_or_default(),
+            ),
+        ]);
+        t.row(["", &describe_match(g, set)]);
         if !g.processes.is_empty() {
             let held: u64 = g.processes.iter().filter_map(|p| p.used_bytes).sum();
-            let _ = writeln!(
-                o,
-                "              {} other processes hold {}",
-                g.processes.len(),
-                human_bytes(held)
-            );
+            t.row([
+                String::new(),
+                format!(
+                    "{} other processes hold {}",
+                    g.processes.len(),
+                    human_bytes(held)
+                ),
+            ]);
         }
     }
     for n in &inv.notes {
-        let _ = writeln!(o, "note          {n}");
+        t.row(["note", n]);
     }
-    o
+    t.render()
 }

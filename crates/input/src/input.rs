@@ -27,7 +27,7 @@ pub struct NotRegular {
 /// The file is larger than the bound for its kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("larger than the {limit}-byte limit for {kind} (at least {len} bytes)")]
-pub struct TooLarge {
+pub(crate) struct TooLarge {
     /// What kind of file was expected ("an inventory", "a profile").
     pub kind: &'static str,
     /// Bytes found (at least; a file that grows is not read to its end).
@@ -38,7 +38,7 @@ pub struct TooLarge {
 /// The file is not UTF-8 text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not UTF-8 text: {0}")]
-pub struct NotText(pub std::str::Utf8Error);
+pub(crate) struct NotText(pub std::str::Utf8Error);
 
 /// True when `e` says the file itself is unfit (not a regular file, too large), as opposed to an I/O failure:
 /// the CLI's exit code 4 rather than 1.
@@ -142,7 +142,7 @@ fn set_blocking(_file: &File) -> io::Result<()> {
 
 /// Reads a whole regular file of at most `limit` bytes; `kind` names what the file should be, for the message.
 /// The bound is checked against the size the file reports and again while reading (a file that grows).
-pub fn read_bounded(path: &Path, limit: u64, kind: &'static str) -> io::Result<Vec<u8>> {
+pub(crate) fn read_bounded(path: &Path, limit: u64, kind: &'static str) -> io::Result<Vec<u8>> {
     let file = open_regular(path)?;
     let too_large = |len| io::Error::new(io::ErrorKind::InvalidData, TooLarge { kind, len, limit });
     let len = file.metadata()?.len();

@@ -36,7 +36,7 @@ use scanner::Scanner;
 
 /// Deepest nesting accepted: sequences and mappings, flow or block, count together (saphyr's `max_depth`,
 /// which also counts the levels an alias replays).
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// The libyaml-following depth check that guarded serde_yaml_ng. Input no longer goes through it; its tests
 /// keep pinning the scanner that [`to_string`] relies on to libyaml's own tokenization.
@@ -62,10 +62,47 @@ fn options() -> serde_saphyr::Options {
     }
 }
 
-/// Parses untrusted YAML within saphyr's budgets. Errors are messages, with the field's path and the line and
-/// column where the parser gives them; nesting past [`MAX_DEPTH`] reads "line N: nested deeper than 64
-/// levels".
-pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+/// Why untrusted YAML was not read. Each variant's message is the text [`from_str`] returned before it had a
+/// type: saphyr's message, after the field's path for a type error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum YamlError {
+    /// Nesting deeper than [`MAX_DEPTH`]: saphyr's depth budget, or its parser's own nesting limit. `line` is
+    /// 1-based, `None` where the parser gives none.
+    #[error("{}", nested_too_deep(*.line))]
+    TooDeep { line: Option<u64> },
+    /// Past another of saphyr's budgets (alias replays, anchors, nodes, documents, scalar bytes).
+    #[error("{message}")]
+    OverBudget { message: String },
+    /// Not YAML: a syntax error, with the line and column where the parser gives them.
+    #[error("{message}")]
+    Malformed { message: String },
+    /// Well-formed YAML that is not the type asked for (a wrong type, a missing or unknown field), at `path`
+    /// (`cpu.physical_cores`; `None` at the document's root).
+    #[error("{}", at_path(path.as_deref(), message))]
+    Type {
+        path: Option<String>,
+        message: String,
+    },
+}
+
+fn nested_too_deep(line: Option<u64>) -> String {
+    match line {
+        None => format!("nested deeper than {MAX_DEPTH} levels"),
+        Some(line) => format!("line {line}: nested deeper than {MAX_DEPTH} levels"),
+    }
+}
+
+fn at_path(path: Option<&str>, message: &str) -> String {
+    match path {
+        Some(p) => format!("{p}: {message}"),
+        None => message.to_string(),
+    }
+}
+
+/// Parses untrusted YAML within saphyr's budgets. A type error names the field's path; saphyr gives the line
+/// and column of the others where it has them; nesting past [`MAX_DEPTH`] reads "line N: nested deeper than
+/// 64 levels".
+pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
     let mut path = None;
     let typed = serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
         serde_path_to_error::deserialize(de).map_err(|e| {
@@ -74,33 +111,50 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
         })
     });
     typed.map_err(|e| {
-        if let Some(m) = too_deep(&e) {
-            return m;
+        if let Some(line) = too_deep(&e) {
+            return YamlError::TooDeep { line };
         }
         // Typing stops at the first mismatch (`cpu: [[[…` is "expected a mapping" at `[`), which would hide a
         // document too deep, too big or malformed further on: the whole document goes through the budgets,
         // building nothing, and its defect is the one reported. Only a failed parse pays this second pass.
         if let Err(whole) = serde_saphyr::from_str_with_options::<IgnoredAny>(text, options()) {
-            return too_deep(&whole).unwrap_or_else(|| whole.to_string());
+            return match too_deep(&whole) {
+                Some(line) => YamlError::TooDeep { line },
+                None if matches!(unwrapped(&whole), serde_saphyr::Error::Budget { .. }) => {
+                    YamlError::OverBudget {
+                        message: whole.to_string(),
+                    }
+                }
+                None => YamlError::Malformed {
+                    message: whole.to_string(),
+                },
+            };
         }
-        match path {
-            Some(p) if p != "." => format!("{p}: {e}"),
-            _ => e.to_string(),
+        YamlError::Type {
+            path: path.filter(|p| p != "."),
+            message: e.to_string(),
         }
     })
 }
 
-/// The message for a document nested past [`MAX_DEPTH`]: saphyr's depth budget, or the parser's own nesting
-/// limit where its scanner, looking ahead for a flow key, reaches [`MAX_DEPTH`] flow levels first.
-fn too_deep(e: &serde_saphyr::Error) -> Option<String> {
-    use serde_saphyr::granit_parser::ErrorKind;
-    use serde_saphyr::{Error, ExternalMessageSource, budget::BudgetBreach};
+/// The error under the alias that replayed it: a breach while an alias replays its anchor comes wrapped with
+/// the alias's location.
+fn unwrapped(e: &serde_saphyr::Error) -> &serde_saphyr::Error {
+    use serde_saphyr::Error;
     let mut inner = e;
-    // A depth reached while an alias replays its anchor comes wrapped with the alias's location.
     while let Error::AliasError { error, .. } | Error::WithSnippet { error, .. } = inner {
         inner = error;
     }
-    let location = match inner {
+    inner
+}
+
+/// For a document nested past [`MAX_DEPTH`] (saphyr's depth budget, or the parser's own nesting limit where
+/// its scanner, looking ahead for a flow key, reaches [`MAX_DEPTH`] flow levels first), the line it names:
+/// `Some(None)` where it names none. `None` for any other error.
+fn too_deep(e: &serde_saphyr::Error) -> Option<Option<u64>> {
+    use serde_saphyr::granit_parser::ErrorKind;
+    use serde_saphyr::{Error, ExternalMessageSource, budget::BudgetBreach};
+    let location = match unwrapped(e) {
         Error::Budget {
             breach: BudgetBreach::Depth { .. },
             location,
@@ -115,7 +169,7 @@ fn too_deep(e: &serde_saphyr::Error) -> Option<String> {
         _ => return None,
     };
     Some(match location.line() {
-        0 => format!("nested deeper than {MAX_DEPTH} levels"),
-        line => format!("line {line}: nested deeper than {MAX_DEPTH} levels"),
+        0 => None,
+        line => Some(line),
     })
 }

@@ -59,7 +59,7 @@ pub enum GgmlType {
 
 /// How a type's byte size is computed from its element counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
+pub(crate) enum Layout {
     /// `ne[0] / block_elements * block_bytes * ne[1] * ne[2] * ne[3]`; `ne[0]` must be a multiple of the block.
     Blocks {
         block_elements: u64,
@@ -130,7 +130,7 @@ impl GgmlType {
     }
 
     /// Whether an id means something different under the two readings (or only under one).
-    pub fn id_is_ambiguous(id: u32) -> bool {
+    pub(crate) fn id_is_ambiguous(id: u32) -> bool {
         (36..=42).contains(&id)
     }
 
@@ -180,7 +180,7 @@ impl GgmlType {
     }
 
     /// The byte layout: block geometry for every upstream type, BitNet's formulas for the fork's types.
-    pub fn layout(self) -> Layout {
+    pub(crate) fn layout(self) -> Layout {
         use GgmlType::*;
         let (block_elements, block_bytes) = match self {
             F32 => (1, 4),
@@ -271,18 +271,6 @@ impl GgmlType {
         }
     }
 
-    /// Bits per weight of the encoding alone (BitNet's fixed tails excluded).
-    pub fn bits_per_weight(self) -> f64 {
-        match self.layout() {
-            Layout::Blocks {
-                block_elements,
-                block_bytes,
-            } => (block_bytes * 8) as f64 / block_elements as f64,
-            Layout::BitNet2Bit => 2.0,
-            Layout::BitNetTl2 => 5.0 / 3.0,
-        }
-    }
-
     /// Whether this is a quantized (block) type rather than a plain float or integer.
     pub fn is_quantized(self) -> bool {
         use GgmlType::*;
@@ -291,7 +279,7 @@ impl GgmlType {
 }
 
 /// `general.file_type` (llama.cpp's `LLAMA_FTYPE_*`) as a name. Ids 38–40 mean different things in BitNet files.
-pub fn file_type_name(id: u32, reading: TypeReading) -> Option<&'static str> {
+pub(crate) fn file_type_name(id: u32, reading: TypeReading) -> Option<&'static str> {
     let name = match (id, reading) {
         (0, _) => "ALL_F32",
         (1, _) => "MOSTLY_F16",

@@ -27,9 +27,9 @@ use super::{
 
 /// Size of `config.json`. Published configs are 1–10 KiB; the largest (vision-language models with label maps
 /// and nested sub-configs) stay under 200 KiB. 4 MiB bounds the parsed JSON tree to a few tens of MiB.
-pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// Layers a config may declare: the crate-wide [`super::MAX_BLOCKS`].
-pub const MAX_BLOCK_COUNT: u64 = super::MAX_BLOCKS;
+pub(crate) const MAX_BLOCK_COUNT: u64 = super::MAX_BLOCKS;
 /// `Qwen2Config.max_window_layers` default (transformers `configuration_qwen2.py`).
 const QWEN2_DEFAULT_MAX_WINDOW_LAYERS: u64 = 28;
 /// `Cohere2Config.sliding_window_pattern` default: three local layers, then one global.
@@ -37,7 +37,7 @@ const COHERE2_DEFAULT_SWA_PERIOD: u64 = 4;
 /// Mamba's `time_step_rank: "auto"` means `ceil(hidden_size / 16)` (`MambaConfig`).
 const MAMBA_AUTO_DT_RANK_DIVISOR: u64 = 16;
 /// GPTQ, AWQ and compressed-tensors pack-quantized all default to 4-bit weights when the config omits `bits`.
-pub const DEFAULT_PACKED_BITS: u64 = 4;
+pub(crate) const DEFAULT_PACKED_BITS: u64 = 4;
 /// Bits of a quantized weight that any method in use stores: 1 (BitNet) to 8; 16 allows half-precision
 /// "quantization" configs. Larger values are a broken config and would make packing arithmetic meaningless.
 const MAX_QUANT_BITS: u64 = 16;

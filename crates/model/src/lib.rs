@@ -10,7 +10,7 @@
 //! formats keeps the memory model free of format cases.
 
 pub mod error;
-pub mod ggml_type;
+pub(crate) mod ggml_type;
 pub mod gguf;
 pub mod hf_config;
 pub mod safetensors;
@@ -24,10 +24,11 @@ use serde::Serialize;
 
 pub use error::{Defect, ModelError};
 pub use ggml_type::{GgmlType, TypeReading};
+pub(crate) use spec::check_hparams;
 pub(crate) use spec::{GEMMA2_SWA_PERIOD, GEMMA3_SWA_PERIOD, swa_layers_with_period};
 pub use spec::{
-    MAX_CONTEXT_LENGTH, MAX_EXPERTS, MAX_HPARAM_U32, MAX_VOCAB_SIZE, assemble, check_hparams,
-    classify_tensor, fingerprint,
+    MAX_CONTEXT_LENGTH, MAX_EXPERTS, MAX_HPARAM_U32, MAX_VOCAB_SIZE, assemble, classify_tensor,
+    fingerprint,
 };
 
 /// Transformer blocks a model may declare. The deepest published models have 126 (Llama-3.1-405B); 4,096
@@ -166,7 +167,7 @@ impl MetaValue {
         }
     }
 
-    pub fn as_f64(&self) -> Option<f64> {
+    pub(crate) fn as_f64(&self) -> Option<f64> {
         match *self {
             MetaValue::F32(v) => Some(v.into()),
             MetaValue::F64(v) => Some(v),
@@ -283,7 +284,7 @@ impl PerLayer {
     }
 
     /// Collapses an array whose entries are all equal into a uniform value.
-    pub fn normalized(self) -> Self {
+    pub(crate) fn normalized(self) -> Self {
         match self {
             PerLayer::Layers(v) if !v.is_empty() && v.iter().all(|&x| x == v[0]) => {
                 PerLayer::Uniform(v[0])
@@ -339,12 +340,6 @@ pub struct LinearBias {
     pub qkv: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mlp: Option<bool>,
-}
-
-impl LinearBias {
-    pub fn is_unset(&self) -> bool {
-        *self == Self::default()
-    }
 }
 
 /// Weight quantization declared by the checkpoint (safetensors `quantization_config`).

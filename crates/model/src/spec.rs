@@ -286,7 +286,7 @@ const U32_WHY: &str = "llama.cpp holds it in a uint32_t (llama-hparams.h)";
 /// Checks every hyper-parameter that enters a size computation against its bound (see the constants above), so
 /// the memory models multiply only values a runtime could hold. A violation is a defect of the model file,
 /// naming the key as the file spells it (`{arch}.context_length` in GGUF; the normalized name for config.json).
-pub fn check_hparams(
+pub(crate) fn check_hparams(
     format: Format,
     architecture: &str,
     hparams: &Hparams,

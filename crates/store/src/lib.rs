@@ -54,7 +54,7 @@ pub use exchange::{
     Exported, ExportedDevice, ExportedHost, ExportedModel, ExportedRun, ExportedShape, ImportedRuns,
 };
 pub use manage::{KeptRun, Prune, Pruned, Shown, ShownMeasurement, ShownRun, ShownRunWithRows};
-pub use owner::{RunOwner, UNCHECKABLE_RUN_MAX_AGE_DAYS};
+pub use owner::RunOwner;
 pub use runs::{
     DeviceIdentity, HostIdentity, ImportOutcome, ImportRun, ModelIdentity, NewMeasurement, NewRun,
     RunId, Shape, import_key,
@@ -82,11 +82,11 @@ pub const APPLICATION_ID: i32 = 0x4F50_545A;
 
 /// How long a connection waits for another writer before failing: creation and migration take milliseconds, so
 /// 5 s covers dozens of simultaneous first runs.
-pub const BUSY_TIMEOUT_MS: u64 = 5_000;
+pub(crate) const BUSY_TIMEOUT_MS: u64 = 5_000;
 
 /// How many times an open that met `SQLITE_BUSY` despite the timeout (SQLite returns it without waiting when
 /// waiting could deadlock, and during WAL recovery) is retried from the start.
-pub const MAX_BUSY_RETRIES: u32 = 8;
+pub(crate) const MAX_BUSY_RETRIES: u32 = 8;
 
 /// The pause before the first retry; it doubles each time (50 ms … 6.4 s in all).
 const BUSY_RETRY_PAUSE_MS: u64 = 50;

@@ -16,7 +16,7 @@
 /// How long `measurements prune` keeps an incomplete run whose recorder it cannot check (see the module doc):
 /// a calibration or a benchmark sweep takes minutes to hours, so a run still incomplete after a week was
 /// interrupted, while a shorter wait could remove a long run another machine is still recording.
-pub const UNCHECKABLE_RUN_MAX_AGE_DAYS: u32 = 7;
+pub(crate) const UNCHECKABLE_RUN_MAX_AGE_DAYS: u32 = 7;
 
 /// The process that recorded a run, as [`Store::begin_run`](crate::Store::begin_run) stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]

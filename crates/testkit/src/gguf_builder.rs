@@ -636,7 +636,7 @@ pub struct MlpProjectorShape {
 impl MlpProjectorShape {
     /// LLaVA-1.5's `mmproj-model-f16.gguf`: CLIP ViT-L/14 at 336 px (the last of the 24 encoder blocks dropped for a
     /// LLaVA projector) into Vicuna-7B's 4096-wide embedding.
-    pub const LLAVA15: MlpProjectorShape = MlpProjectorShape {
+    pub(crate) const LLAVA15: MlpProjectorShape = MlpProjectorShape {
         n_embd: 1024,
         n_ff: 4096,
         n_block: 23,

@@ -222,6 +222,7 @@ pub(super) fn settle(raw: &RawVllm) -> Result<ServeFlags, Failure> {
 
 /// The vLLM estimate as a table.
 pub(super) fn table(e: &VllmEstimate) -> String {
+    use super::super::table::{left, right};
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -242,6 +243,9 @@ pub(super) fn table(e: &VllmEstimate) -> String {
             ""
         }
     );
+    // Name, bytes, and for the requested share what it is a share of.
+    let mut ledger =
+        super::super::table::Table::headless(&[left("", 32).gap(2), right("", 12), left("", 0)]);
     let rows = [
         ("weights", e.weights_bytes),
         ("non-torch (CUDA context, NCCL)", e.non_torch_bytes),
@@ -252,16 +256,18 @@ pub(super) fn table(e: &VllmEstimate) -> String {
         ("total per GPU", e.total_bytes),
     ];
     for (name, b) in rows {
-        let _ = writeln!(o, "  {name:<32} {:>12}", human_bytes(b));
+        ledger.row([name.to_string(), human_bytes(b)]);
     }
-    let _ = writeln!(
-        o,
-        "  {:<32} {:>12} of {} total, {} free",
-        "requested (total x utilization)",
+    ledger.row([
+        "requested (total x utilization)".to_string(),
         human_bytes(e.requested_bytes),
-        human_bytes(e.memory_total_bytes),
-        human_bytes(e.memory_free_bytes)
-    );
+        format!(
+            "of {} total, {} free",
+            human_bytes(e.memory_total_bytes),
+            human_bytes(e.memory_free_bytes)
+        ),
+    ]);
+    o.push_str(&ledger.render());
     let _ = writeln!(
         o,
         "KV cache: {} blocks of {} tokens = {} tokens; {:.2} requests at --max-model-len {} at once (vLLM starts from {})",

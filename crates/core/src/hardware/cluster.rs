@@ -152,7 +152,7 @@ impl Cluster {
 pub enum InvalidCluster {
     /// The YAML does not parse or type (the message of `optimizer_input::yaml::from_str`).
     #[error("{0}")]
-    Yaml(String),
+    Yaml(optimizer_input::yaml::YamlError),
     #[error("nodes: a cluster needs at least one node group")]
     NoNodes,
     #[error("nodes[{index}]: name is empty")]

@@ -89,7 +89,7 @@ fn read_bounded(path: &Path, max_bytes: u64, what: &'static str) -> Result<Strin
 pub enum InvalidInventory {
     /// The YAML does not parse or type (the message of `optimizer_input::yaml::from_str`).
     #[error("{0}")]
-    Yaml(String),
+    Yaml(optimizer_input::yaml::YamlError),
     #[error("cpu: physical_cores {physical} must be at least 1 and at most logical_cpus {logical}")]
     Cores { physical: u32, logical: u32 },
     #[error(

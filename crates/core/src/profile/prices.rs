@@ -241,8 +241,8 @@ fn diag(path: &str, instance_path: String, message: impl Into<String>) -> Diagno
 /// top-level `amortisation_years_default` (purchase). The file is checked against its kind's schema first, and
 /// every error is reported at its instance path with its row (`row 4 (id "x")`).
 pub fn parse(path: &str, text: &str) -> Result<PriceFile, Vec<Diagnostic>> {
-    let value: serde_json::Value =
-        optimizer_input::yaml::from_str(text).map_err(|e| vec![diag(path, String::new(), e)])?;
+    let value: serde_json::Value = optimizer_input::yaml::from_str(text)
+        .map_err(|e| vec![diag(path, String::new(), e.to_string())])?;
     let purchase = value.get("amortisation_years_default").is_some()
         || value
             .get("prices")

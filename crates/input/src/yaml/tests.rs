@@ -239,3 +239,86 @@ fn yaml_1_1_scalars_are_recognised() {
         assert!(!yaml11_retypes(s), "{s:?}");
     }
 }
+
+/// Each kind of [`YamlError`] from the defect that makes it, with the message `from_str` gave as text before
+/// the error had a type.
+mod errors {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // only deserialized
+    struct Inventory {
+        cpu: Cpu,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // only deserialized
+    struct Cpu {
+        physical_cores: u32,
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_too_deep_with_its_line() {
+        let text = format!("a: 1\nb: {}1{}\n", "[".repeat(65), "]".repeat(65));
+        let e = from_str::<serde_json::Value>(&text).unwrap_err();
+        assert!(matches!(e, YamlError::TooDeep { line: Some(2) }), "{e:?}");
+        assert_eq!(e.to_string(), "line 2: nested deeper than 64 levels");
+        // Behind a type mismatch on the first line, the depth is still what is reported.
+        let e = from_str::<Inventory>(&format!("cpu: {}1{}\n", "[".repeat(65), "]".repeat(65)))
+            .unwrap_err();
+        assert!(matches!(e, YamlError::TooDeep { line: Some(1) }), "{e:?}");
+    }
+
+    #[test]
+    fn an_alias_bomb_is_over_budget() {
+        let text = format!(
+            "a: &a [{}]\nb: [{}]\n",
+            vec!["x"; 100_000].join(","),
+            vec!["*a"; 1000].join(",")
+        );
+        let e = from_str::<serde_json::Value>(&text).unwrap_err();
+        let YamlError::OverBudget { message } = &e else {
+            panic!("{e:?}");
+        };
+        assert!(message.contains("budget"), "{message}");
+        assert_eq!(&e.to_string(), message);
+    }
+
+    #[test]
+    fn broken_syntax_is_malformed_even_behind_a_type_error() {
+        let e = from_str::<serde_json::Value>("a: [1, 2\nb: 3\n").unwrap_err();
+        assert!(matches!(e, YamlError::Malformed { .. }), "{e:?}");
+        // `cpu: 5` is a type error, but the unclosed flow further on is the defect reported.
+        let e = from_str::<Inventory>("cpu: 5\nb: [1\n").unwrap_err();
+        let YamlError::Malformed { message } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(&e.to_string(), message);
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_fields_path() {
+        let e = from_str::<Inventory>("cpu:\n  physical_cores: many\n").unwrap_err();
+        let YamlError::Type {
+            path: Some(path),
+            message,
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        assert_eq!(path, "cpu.physical_cores");
+        assert_eq!(e.to_string(), format!("cpu.physical_cores: {message}"));
+        // At the document's root there is no path to name.
+        let e = from_str::<Inventory>("5\n").unwrap_err();
+        let YamlError::Type {
+            path: None,
+            message,
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        assert_eq!(&e.to_string(), message);
+    }
+}

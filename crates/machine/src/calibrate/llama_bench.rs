@@ -24,7 +24,7 @@ pub const MAX_ROWS: usize = 100_000;
 pub const MAX_COLUMNS: usize = 256;
 
 /// The columns a [`BenchRow`] is made of, the only ones read; every other column is skipped.
-pub const COLUMNS: [&str; 16] = [
+pub(crate) const COLUMNS: [&str; 16] = [
     "build_commit",
     "model_filename",
     "backends",
@@ -154,7 +154,7 @@ pub enum RowError {
 }
 
 /// Most characters of a file's text quoted in an error: enough to recognise it, never the whole file.
-pub const SHOWN_CHARS: usize = 60;
+pub(crate) const SHOWN_CHARS: usize = 60;
 
 /// `s` cut at [`SHOWN_CHARS`] characters (with `...` when cut), for an error message.
 fn shown(s: &str) -> String {

@@ -20,7 +20,7 @@ pub const MAX_BUFFER_LINES: usize = 10_000;
 
 /// Most rows one breakdown table holds: a row per device and host buffer type, about 40 on 16 GPUs; a table
 /// with more is not one load's.
-pub const MAX_BREAKDOWN_ROWS: usize = 1_000;
+pub(crate) const MAX_BREAKDOWN_ROWS: usize = 1_000;
 
 /// Most lines that look like a buffer or breakdown line but do not read as one: a log interleaved with another
 /// thread's output garbles a few; a thousand is not one load's log.
@@ -58,7 +58,7 @@ pub struct Buffer {
 
 impl Buffer {
     /// A file mapping (page cache the kernel can reclaim), not an allocation.
-    pub fn is_mapped(&self) -> bool {
+    pub(crate) fn is_mapped(&self) -> bool {
         self.name.ends_with("_Mapped")
     }
 
@@ -164,7 +164,7 @@ pub fn looks_like(text: &str) -> bool {
 
 /// `12.34` (any number of decimals) in `unit` as bytes, rounding half up; `None` unless it is a plain
 /// non-negative decimal that fits.
-pub fn decimal_bytes(s: &str, unit: u128) -> Option<u64> {
+pub(crate) fn decimal_bytes(s: &str, unit: u128) -> Option<u64> {
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
     if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
         return None;

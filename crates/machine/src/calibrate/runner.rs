@@ -19,14 +19,14 @@ use super::BenchRowError;
 use super::llama_bench::{BenchRow, LlamaBenchError, parse};
 
 /// Most values one sweep axis takes: llama-bench runs every combination, so more would not finish.
-pub const MAX_AXIS_VALUES: usize = 32;
+pub(crate) const MAX_AXIS_VALUES: usize = 32;
 /// Most parameter combinations one sweep runs (each runs a prompt and a generation test, repeated).
-pub const MAX_SWEEP_POINTS: usize = 512;
+pub(crate) const MAX_SWEEP_POINTS: usize = 512;
 /// Most threads a test may run: ggml's `GGML_MAX_N_THREADS` (ggml/include/ggml.h of the pinned build); more
 /// abort its thread pool.
-pub const MAX_THREADS: u32 = 512;
+pub(crate) const MAX_THREADS: u32 = 512;
 /// Largest batch or micro-batch: llama-bench reads `-b`/`-ub` as a C `int`.
-pub const MAX_BATCH: u32 = i32::MAX as u32;
+pub(crate) const MAX_BATCH: u32 = i32::MAX as u32;
 /// Longest result line read: a jsonl result is about 1 KiB; a longer line is not llama-bench's.
 pub const MAX_LINE_BYTES: usize = 64 << 10;
 /// Bytes of llama-bench's stderr kept to explain a failure (its last lines).
@@ -80,7 +80,7 @@ impl Sweep {
     pub const QUICK: (u32, u32, u32) = (64, 16, 2);
 
     /// Parameter combinations (the product of the non-empty axes).
-    pub fn points(&self) -> Option<usize> {
+    pub(crate) fn points(&self) -> Option<usize> {
         [
             self.threads.len(),
             self.gpu_layers.len(),

@@ -42,7 +42,7 @@ pub use stats::{Level, Report, Sample, Stats, TokenCount, summarize};
 /// seconds for the first token of a long prompt while other requests hold its slots, so one minute.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest `--timeout`: a day; beyond it a stall is a hang, and `Instant` arithmetic stays far from overflow.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// The slowest per-token pace (prefill and decode, per request in flight) a request's overall deadline allows:
 /// a server slower than one token per second per sequence is not worth benchmarking, and a server that dribbles
 /// bytes just fast enough to defeat the idle timeout is still stopped.
@@ -50,14 +50,14 @@ const SLOWEST_PER_TOKEN: Duration = Duration::from_secs(1);
 /// Characters of a body quoted in an error message.
 const EXCERPT_CHARS: usize = 300;
 /// Most requests in flight: one thread and one connection each.
-pub const MAX_CONCURRENCY: u32 = 1024;
+pub(crate) const MAX_CONCURRENCY: u32 = 1024;
 /// Most requests per concurrency level.
-pub const MAX_REQUESTS: u32 = 100_000;
+pub(crate) const MAX_REQUESTS: u32 = 100_000;
 /// Largest prompt and generation asked for: above any context window served today.
-pub const MAX_PROMPT_TOKENS: u32 = 1 << 22;
-pub const MAX_NEW_TOKENS: u32 = 1 << 22;
+pub(crate) const MAX_PROMPT_TOKENS: u32 = 1 << 22;
+pub(crate) const MAX_NEW_TOKENS: u32 = 1 << 22;
 /// Most warm-up requests.
-pub const MAX_WARMUP: u32 = 100;
+pub(crate) const MAX_WARMUP: u32 = 100;
 
 /// Why a benchmark could not run or finish.
 #[derive(Debug, thiserror::Error)]

@@ -23,7 +23,7 @@ pub struct Limits {
 
 /// A cgroup limit file's value: a number, or `max` (v2) / a huge sentinel (v1) meaning unlimited.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     Limit(u64),
     Unlimited,
 }
@@ -34,7 +34,7 @@ const V1_UNLIMITED_THRESHOLD: u64 = 1 << 62;
 
 /// Why a cgroup limit file's contents do not read as a limit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CgroupError {
+pub(crate) enum CgroupError {
     /// `memory.max` or `memory.limit_in_bytes` is neither a byte count nor `max`.
     #[error("expected a byte count or \"max\", found {found:?}")]
     Memory { found: String },
@@ -56,7 +56,7 @@ pub enum CgroupError {
 }
 
 /// Parses `memory.max` (v2) or `memory.limit_in_bytes` (v1).
-pub fn parse_memory(text: &str) -> Result<Value, CgroupError> {
+pub(crate) fn parse_memory(text: &str) -> Result<Value, CgroupError> {
     let t = text.trim();
     if t == "max" {
         return Ok(Value::Unlimited);
@@ -72,7 +72,7 @@ pub fn parse_memory(text: &str) -> Result<Value, CgroupError> {
 }
 
 /// Parses v2 `cpu.max`: `"<quota> <period>"` or `"max <period>"`; returns CPUs allowed.
-pub fn parse_cpu_max(text: &str) -> Result<Option<f64>, CgroupError> {
+pub(crate) fn parse_cpu_max(text: &str) -> Result<Option<f64>, CgroupError> {
     let mut it = text.split_whitespace();
     let (Some(q), Some(p), None) = (it.next(), it.next(), it.next()) else {
         return Err(CgroupError::CpuMaxFields {
@@ -95,7 +95,7 @@ pub fn parse_cpu_max(text: &str) -> Result<Option<f64>, CgroupError> {
 }
 
 /// Parses v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` (quota -1 means unlimited).
-pub fn parse_cpu_v1(quota: &str, period: &str) -> Result<Option<f64>, CgroupError> {
+pub(crate) fn parse_cpu_v1(quota: &str, period: &str) -> Result<Option<f64>, CgroupError> {
     let q: i64 = quota.trim().parse().map_err(|_| CgroupError::CfsQuota {
         found: quota.trim().to_string(),
     })?;
@@ -114,13 +114,13 @@ pub fn parse_cpu_v1(quota: &str, period: &str) -> Result<Option<f64>, CgroupErro
 /// The process's cgroup paths from `/proc/self/cgroup`: the v2 path (`0::/path`) and the v1 paths of the
 /// `memory` and `cpu` controllers.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Membership {
+pub(crate) struct Membership {
     pub v2: Option<String>,
     pub v1_memory: Option<String>,
     pub v1_cpu: Option<String>,
 }
 
-pub fn parse_proc_cgroup(text: &str) -> Membership {
+pub(crate) fn parse_proc_cgroup(text: &str) -> Membership {
     let mut m = Membership::default();
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
@@ -150,7 +150,7 @@ fn join(root: &Path, mount: &str, cg: &str, file: &str) -> PathBuf {
 /// `/proc/self/cgroup`. Inside a container the cgroup namespace makes the path `/`, which resolves to the
 /// container's own files under the mount; outside one, the path leads to the process's slice. Limits are
 /// checked on the process's own cgroup and every ancestor, since a parent's limit binds its children.
-pub fn read(root: &Path, proc_cgroup: &str) -> Limits {
+pub(crate) fn read(root: &Path, proc_cgroup: &str) -> Limits {
     let m = parse_proc_cgroup(proc_cgroup);
     let mut limits = Limits::default();
     let read_file = |p: &Path| std::fs::read_to_string(p).ok();

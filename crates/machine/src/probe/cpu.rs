@@ -6,7 +6,7 @@
 use optimizer_core::hardware::{Caches, Cpu, Memory};
 
 /// SIMD features this process can use, as llama.cpp and the repack rules name them.
-pub fn simd_features() -> Vec<String> {
+pub(crate) fn simd_features() -> Vec<String> {
     let mut f: Vec<&str> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
@@ -57,7 +57,7 @@ fn cpuid_amx_tile() -> bool {
 }
 
 /// Parses a sysfs cache size (`32K`, `1024K`, `32M`) into bytes.
-pub fn parse_cache_size(text: &str) -> Option<u64> {
+pub(crate) fn parse_cache_size(text: &str) -> Option<u64> {
     let t = text.trim();
     let (num, mult) = match t.chars().last()? {
         'K' => (&t[..t.len() - 1], 1u64 << 10),
@@ -95,7 +95,7 @@ fn caches() -> Option<Caches> {
 
 /// What one read of Linux's `/proc/cpuinfo` says about the CPU.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CpuInfo {
+pub(crate) struct CpuInfo {
     /// `model name` of the first processor (x86; absent on most Arm kernels).
     pub model: Option<String>,
     /// `vendor_id` of the first processor.
@@ -110,7 +110,7 @@ pub struct CpuInfo {
 /// Parses `/proc/cpuinfo` in one pass, as sysinfo does for the same fields (its Linux `cpu.rs`), but once
 /// instead of once per field and per CPU: sysinfo re-reads the whole file for every CPU's frequency, which is
 /// quadratic in the CPU count.
-pub fn parse_cpuinfo(text: &str) -> CpuInfo {
+pub(crate) fn parse_cpuinfo(text: &str) -> CpuInfo {
     let mut info = CpuInfo::default();
     let mut cores = std::collections::BTreeSet::new();
     let mut processors = 0u32;
@@ -173,7 +173,7 @@ pub fn parse_cpuinfo(text: &str) -> CpuInfo {
 /// System memory from Linux's `/proc/meminfo` (KiB): total, available (estimated from free, buffers, page
 /// cache and reclaimable slab on kernels before 3.14, which lack `MemAvailable`, as sysinfo does), swap.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemInfo {
+pub(crate) struct MemInfo {
     pub total_bytes: u64,
     pub available_bytes: u64,
     pub swap_total_bytes: u64,
@@ -181,7 +181,7 @@ pub struct MemInfo {
 }
 
 /// Parses `/proc/meminfo`; `None` without `MemTotal`.
-pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
+pub(crate) fn parse_meminfo(text: &str) -> Option<MemInfo> {
     let mut total = None;
     let (mut available, mut free, mut buffers, mut cached, mut reclaimable) =
         (None, 0u64, 0u64, 0u64, 0u64);
@@ -340,7 +340,7 @@ fn host(notes: &mut Vec<String>) -> Host {
 
 /// The host CPU and memory, without container limits (applied by the caller). Never fails: what cannot be read
 /// is left at a conservative value and explained in `notes`. Reads only what the inventory holds, once each.
-pub fn probe(notes: &mut Vec<String>) -> (Cpu, Memory) {
+pub(crate) fn probe(notes: &mut Vec<String>) -> (Cpu, Memory) {
     let logical = std::thread::available_parallelism()
         .map(|n| n.get() as u32)
         .unwrap_or(1);

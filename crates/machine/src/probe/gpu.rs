@@ -13,35 +13,30 @@ use optimizer_core::hardware::{Gpu, GpuProcess, GpuSource, GpuVendor};
 
 /// GDDR and HBM move two data words per memory clock as NVML reports the clock: an RTX 4090 reports
 /// 10,501 MHz and a 384-bit bus, and 10,501 MHz × 2 × 384 / 8 = 1,008 GB/s, its published bandwidth.
-pub const TRANSFERS_PER_MEMORY_CLOCK: u64 = 2;
+pub(crate) const TRANSFERS_PER_MEMORY_CLOCK: u64 = 2;
 
 /// Peak bandwidth from NVML's max memory clock and bus width (bytes per second).
-pub fn peak_bandwidth_bytes_per_s(memory_clock_mhz: u32, bus_width_bits: u32) -> u64 {
+pub(crate) fn peak_bandwidth_bytes_per_s(memory_clock_mhz: u32, bus_width_bits: u32) -> u64 {
     u64::from(memory_clock_mhz) * 1_000_000 * TRANSFERS_PER_MEMORY_CLOCK * u64::from(bus_width_bits)
         / 8
 }
 
 /// `13000` → `"13.0"`, `12080` → `"12.8"` (NVML's CUDA driver version encoding: 1000 × major + 10 × minor).
-pub fn cuda_version_string(v: i32) -> String {
+pub(crate) fn cuda_version_string(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
 /// Where an NVIDIA kernel driver shows itself on Linux: `/proc/driver/nvidia` (procfs's driver directory is
 /// not namespaced, so containers see it too) and, under WSL 2, the paravirtual GPU device `/dev/dxg` through
 /// which the Windows driver serves `libcuda`.
-pub const NVIDIA_DRIVER_MARKERS: &[&str] = &["/proc/driver/nvidia", "/dev/dxg"];
+pub(crate) const NVIDIA_DRIVER_MARKERS: &[&str] = &["/proc/driver/nvidia", "/dev/dxg"];
 
 /// Whether an NVIDIA driver can be present. On Linux without any of [`NVIDIA_DRIVER_MARKERS`] neither NVML
 /// nor the CUDA driver can see a GPU, and asking them costs most of a live probe: cudarc looks for `libcuda`
 /// under about 50 names, each a walk of the library path (about 180 failed opens, 1-2 ms). Elsewhere the
 /// libraries are asked.
-pub fn nvidia_driver_possible(exists: impl Fn(&str) -> bool) -> bool {
+pub(crate) fn nvidia_driver_possible(exists: impl Fn(&str) -> bool) -> bool {
     !cfg!(target_os = "linux") || NVIDIA_DRIVER_MARKERS.iter().any(|p| exists(p))
-}
-
-/// Probes every NVIDIA GPU this process can see, with the CUDA driver's SM counts.
-pub fn probe(notes: &mut Vec<String>) -> Vec<Gpu> {
-    probe_scoped(notes, &|_| true)
 }
 
 /// Probes every NVIDIA GPU this process can see. NVML answers first; the CUDA driver, whose `cuInit` takes
@@ -51,7 +46,10 @@ pub fn probe(notes: &mut Vec<String>) -> Vec<Gpu> {
 /// only a derivation from the probe needs (measured on an H100 host with driver 580: max memory clock 3.9 ms,
 /// max SM clock 1.6 ms, max PCIe generation 1.8 ms, enforced power limit 1.7 ms, against 0.02 ms for name,
 /// memory and PCI info, each `nvmlDevice*` call timed through ctypes).
-pub fn probe_scoped(notes: &mut Vec<String>, cuda_details_for: &dyn Fn(&Gpu) -> bool) -> Vec<Gpu> {
+pub(crate) fn probe_scoped(
+    notes: &mut Vec<String>,
+    cuda_details_for: &dyn Fn(&Gpu) -> bool,
+) -> Vec<Gpu> {
     if !nvidia_driver_possible(|p| std::path::Path::new(p).exists()) {
         notes.push(format!(
             "no NVIDIA GPU visible: no NVIDIA kernel driver ({} absent)",
@@ -361,7 +359,7 @@ mod tests {
     #[test]
     fn no_driver_means_no_gpus_and_a_note() {
         let mut notes = Vec::new();
-        let gpus = probe(&mut notes);
+        let gpus = probe_scoped(&mut notes, &|_| true);
         if gpus.is_empty() {
             assert!(!notes.is_empty(), "an empty GPU list must say why");
         }

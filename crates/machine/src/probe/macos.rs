@@ -9,7 +9,8 @@
 use optimizer_core::hardware::{Gpu, GpuSource, GpuVendor};
 
 /// The keys the probe asks `sysctl` for.
-pub const SYSCTL_KEYS: [&str; 4] = [
+#[cfg(target_os = "macos")]
+pub(crate) const SYSCTL_KEYS: [&str; 4] = [
     "hw.memsize",
     "machdep.cpu.brand_string",
     "hw.perflevel0.physicalcpu",
@@ -120,7 +121,7 @@ pub fn apple_gpu(m: &MacSysctl, index: u32, available_bytes: u64) -> Gpu {
 
 /// Runs `sysctl` and returns the Apple GPU, or a note saying why there is none.
 #[cfg(target_os = "macos")]
-pub fn probe(index: u32, available_bytes: u64) -> Result<Gpu, SysctlError> {
+pub(crate) fn probe(index: u32, available_bytes: u64) -> Result<Gpu, SysctlError> {
     let out = std::process::Command::new("sysctl")
         .args(SYSCTL_KEYS)
         .output()

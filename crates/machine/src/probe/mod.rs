@@ -16,20 +16,7 @@ use std::path::Path;
 
 use optimizer_core::hardware::{Cpu, Gpu, Inventory, InventoryError, Memory, Probe};
 
-/// The machine this process runs on.
-#[derive(Debug, Default)]
-pub struct LiveProbe;
-
-impl Probe for LiveProbe {
-    fn inventory(&self) -> Result<Inventory, InventoryError> {
-        Ok(probe_live())
-    }
-    fn source(&self) -> &'static str {
-        "probe"
-    }
-}
-
-/// The machine this process runs on, probed for planning: as [`LiveProbe`], but the CUDA driver (about
+/// The machine this process runs on, probed for planning: as [`probe_live`], but the CUDA driver (about
 /// 200 ms of `cuInit` on an H100 host) is asked for SM counts only for GPUs the closure says need them (the
 /// caller passes "no profile describes this GPU": a known GPU's SMs come from its profile).
 pub struct PlanProbe<F: Fn(&Gpu) -> bool>(pub F);
@@ -87,7 +74,7 @@ pub fn probe_live_scoped(cuda_details_for: &dyn Fn(&Gpu) -> bool) -> Inventory {
 
 /// This machine's CPU and memory with its container limits applied, without the GPUs: what `calibrate` bounds
 /// its threads and arrays by (an inventory file may describe another machine, or a wrong one).
-pub fn probe_host() -> (Cpu, Memory) {
+pub(crate) fn probe_host() -> (Cpu, Memory) {
     let mut notes = Vec::new();
     let (mut cpu, mut memory) = cpu::probe(&mut notes);
     apply_cgroup_limits(&mut cpu, &mut memory, &mut notes);

@@ -21,8 +21,8 @@ use std::path::Path;
 use optimizer_core::hardware::{Gpu, GpuSource, GpuVendor};
 
 /// PCI vendor ids (`/sys/class/drm/card*/device/vendor`).
-pub const PCI_VENDOR_AMD: u16 = 0x1002;
-pub const PCI_VENDOR_INTEL: u16 = 0x8086;
+pub(crate) const PCI_VENDOR_AMD: u16 = 0x1002;
+pub(crate) const PCI_VENDOR_INTEL: u16 = 0x8086;
 
 /// A sysfs attribute is one short line; anything longer is not the attribute we asked for.
 const MAX_ATTRIBUTE_BYTES: u64 = 4096;
@@ -202,7 +202,7 @@ fn read_hex(path: &Path) -> Option<u16> {
 
 /// The highest clock of an amdgpu `pp_dpm_*` file: lines `0: 500Mhz`, `1: 2482Mhz *` (`S: 25Mhz` for a sleep
 /// level on some ASICs); `None` when no line holds a non-zero clock. Lines that are not clock levels are skipped.
-pub fn max_dpm_mhz(text: &str) -> Option<u32> {
+pub(crate) fn max_dpm_mhz(text: &str) -> Option<u32> {
     text.lines()
         .filter_map(|l| {
             let (_, rest) = l.split_once(':')?;

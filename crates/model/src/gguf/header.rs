@@ -31,7 +31,7 @@ pub struct RawTensor {
 
 impl RawTensor {
     /// ggml `ne[]`, innermost first.
-    pub fn ne(&self) -> &[u64] {
+    pub(crate) fn ne(&self) -> &[u64] {
         &self.dims[..usize::from(self.n_dims)]
     }
 }

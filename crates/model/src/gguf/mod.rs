@@ -81,7 +81,7 @@ pub const MAX_DIMS: u32 = 4;
 /// ggml's `GGUF_DEFAULT_ALIGNMENT`.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// Shards of one split model (`-00001-of-NNNNN`): the name pattern has five digits.
-pub const MAX_SHARDS: u64 = 99_999;
+pub(crate) const MAX_SHARDS: u64 = 99_999;
 
 /// Smallest encoding of one metadata entry: u64 key length, a 1-byte key, u32 type, a 1-byte value.
 const MIN_KV_BYTES: u64 = 8 + 1 + 4 + 1;

@@ -1,9 +1,9 @@
 //! GGUF value types (`enum gguf_type`, gguf.h L53-67): ids, names, and encoded sizes.
 
 pub const UINT8: u32 = 0;
-pub const INT8: u32 = 1;
+pub(crate) const INT8: u32 = 1;
 pub const UINT16: u32 = 2;
-pub const INT16: u32 = 3;
+pub(crate) const INT16: u32 = 3;
 pub const UINT32: u32 = 4;
 pub const INT32: u32 = 5;
 pub const FLOAT32: u32 = 6;
@@ -11,8 +11,8 @@ pub const BOOL: u32 = 7;
 pub const STRING: u32 = 8;
 pub const ARRAY: u32 = 9;
 pub const UINT64: u32 = 10;
-pub const INT64: u32 = 11;
-pub const FLOAT64: u32 = 12;
+pub(crate) const INT64: u32 = 11;
+pub(crate) const FLOAT64: u32 = 12;
 
 pub fn name(t: u32) -> &'static str {
     match t {
@@ -34,7 +34,7 @@ pub fn name(t: u32) -> &'static str {
 }
 
 /// Encoded size of a fixed-size value; `None` for strings and arrays.
-pub fn fixed_size(t: u32) -> Option<u64> {
+pub(crate) fn fixed_size(t: u32) -> Option<u64> {
     match t {
         UINT8 | INT8 | BOOL => Some(1),
         UINT16 | INT16 => Some(2),
@@ -45,7 +45,7 @@ pub fn fixed_size(t: u32) -> Option<u64> {
 }
 
 /// Smallest encoding of one element of this type (strings: the u64 length; arrays: type and count).
-pub fn min_size(t: u32) -> Option<u64> {
+pub(crate) fn min_size(t: u32) -> Option<u64> {
     match t {
         STRING => Some(8),
         ARRAY => Some(12),

@@ -190,7 +190,7 @@ fn mamba_ssm_keys() {
 #[test]
 fn bias_switches_read_as_vllm_reads_them() {
     let b = |json: &str| cfg(json).hparams.linear_bias;
-    assert!(b("{}").is_unset());
+    assert_eq!(b("{}"), LinearBias::default());
     let either = b(r#"{"attention_bias":false,"bias":true,"mlp_bias":false}"#);
     assert_eq!(either.attention, Some(true));
     assert_eq!(either.mlp, Some(false));

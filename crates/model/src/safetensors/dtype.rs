@@ -33,7 +33,7 @@ pub enum StDtype {
 }
 
 impl StDtype {
-    pub const ALL: [StDtype; 22] = [
+    pub(crate) const ALL: [StDtype; 22] = [
         StDtype::BOOL,
         StDtype::F4,
         StDtype::F6_E2M3,
@@ -87,7 +87,7 @@ impl StDtype {
     }
 
     /// Bits per element (upstream `Dtype::bitsize`): F4 is 4, F6_* are 6.
-    pub fn bits(self) -> u64 {
+    pub(crate) fn bits(self) -> u64 {
         match self {
             StDtype::F4 => 4,
             StDtype::F6_E2M3 | StDtype::F6_E3M2 => 6,
@@ -106,12 +106,12 @@ impl StDtype {
     }
 
     /// The dtype for a header string; `None` when unknown.
-    pub fn from_name(s: &str) -> Option<StDtype> {
+    pub(crate) fn from_name(s: &str) -> Option<StDtype> {
         StDtype::ALL.into_iter().find(|d| d.name() == s)
     }
 
     /// Whether the dtype is an integer type (packed quantized weights are stored in these).
-    pub fn is_integer(self) -> bool {
+    pub(crate) fn is_integer(self) -> bool {
         matches!(
             self,
             StDtype::U8
@@ -127,7 +127,7 @@ impl StDtype {
 
     /// Exact bytes of `elements` elements: `elements × bits / 8`. An error on overflow, or when sub-byte
     /// elements do not fill whole bytes (upstream would round; an exact size is required here).
-    pub fn bytes_for(self, elements: u64) -> Result<u64, &'static str> {
+    pub(crate) fn bytes_for(self, elements: u64) -> Result<u64, &'static str> {
         let bits = elements
             .checked_mul(self.bits())
             .ok_or("byte size overflows 64 bits")?;

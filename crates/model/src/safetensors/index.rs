@@ -24,7 +24,7 @@ pub struct Index {
 }
 
 /// Parses index bytes. `path` is for messages.
-pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, ModelError> {
+pub(crate) fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, ModelError> {
     let index_err = |msg: String| ModelError::model(path, Defect::Index(msg));
     let mut limit_hit = None;
     let raw = {

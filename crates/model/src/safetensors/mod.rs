@@ -45,8 +45,8 @@ use super::{
 pub use dtype::StDtype;
 use header::entry_offset;
 pub use header::{Header, RawTensor, parse_header_bytes, read_header};
+pub use index::Index;
 use index::check_index;
-pub use index::{Index, parse_index};
 use layout::{Layout, file_name_of, layout_of_dir, layout_of_file};
 use packing::parameters;
 
@@ -72,21 +72,21 @@ pub const MAX_TENSORS_PER_FILE: u64 = 131_072;
 /// in 163 shards; Qwen3-235B-A22B: about 37k) fit with room to spare under 262,144; the limit bounds the
 /// merged tensor table (about 230 bytes a tensor with its name) to about 60 MiB however many shards a hostile
 /// index names.
-pub const MAX_TENSORS: u64 = 1 << 18;
+pub(crate) const MAX_TENSORS: u64 = 1 << 18;
 /// Dimensions of one tensor: NumPy 2's `NPY_MAXDIMS` is 64, and no framework writes more. Bounds the shape
 /// vector (a 32 MiB header could otherwise declare a 16-million-entry shape).
 pub const MAX_DIMS: usize = 64;
 /// Files in one model. DeepSeek-V3 has 163 shards; 65,536 bounds the file table and the number of headers
 /// read.
-pub const MAX_FILES: u64 = 65_536;
+pub(crate) const MAX_FILES: u64 = 65_536;
 /// Size of a `*.safetensors.index.json`. DeepSeek-V3's (92k entries of about 95 bytes) is about 9 MiB.
-pub const MAX_INDEX_BYTES: u64 = 32 << 20;
+pub(crate) const MAX_INDEX_BYTES: u64 = 32 << 20;
 /// The little-endian u64 header length that starts every file.
 const LENGTH_PREFIX_BYTES: u64 = 8;
 /// transformers' names: the sharded index, the single-file checkpoint, the configuration.
-pub const INDEX_FILE: &str = "model.safetensors.index.json";
-pub const SINGLE_FILE: &str = "model.safetensors";
-pub const CONFIG_FILE: &str = "config.json";
+pub(crate) const INDEX_FILE: &str = "model.safetensors.index.json";
+pub(crate) const SINGLE_FILE: &str = "model.safetensors";
+pub(crate) const CONFIG_FILE: &str = "config.json";
 const INDEX_SUFFIX: &str = ".safetensors.index.json";
 const WEIGHTS_SUFFIX: &str = ".safetensors";
 /// The reserved header key for the free-form string map.
@@ -139,7 +139,7 @@ pub fn require_config(path: &Path, spec: &ModelSpec) -> Result<(), ModelError> {
 }
 
 /// Reads `config.json` in `dir`; `None` when there is none.
-pub fn read_config(dir: &Path) -> Result<Option<HfConfig>, ModelError> {
+pub(crate) fn read_config(dir: &Path) -> Result<Option<HfConfig>, ModelError> {
     let path = dir.join(CONFIG_FILE);
     if !path.exists() {
         return Ok(None);

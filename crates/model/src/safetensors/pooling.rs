@@ -60,7 +60,7 @@ fn parse_pooling_type(name: &str) -> String {
 /// `true`, the last sequence type named winning (vLLM overwrites in file order, this reader in key order; real
 /// configurations set one mode). `None` when there is no
 /// `modules.json`, no pooling module, or no sequence type (vLLM then uses the architecture's default).
-pub fn read_pooling(dir: &Path) -> Result<Option<&'static str>, ModelError> {
+pub(crate) fn read_pooling(dir: &Path) -> Result<Option<&'static str>, ModelError> {
     let modules_path = dir.join(MODULES_FILE);
     if !modules_path.exists() {
         return Ok(None);

@@ -10,18 +10,18 @@
 use std::hint::black_box;
 
 /// Weights per block of Q4_0 and Q8_0 (ggml `QK4_0`, `QK8_0`).
-pub const QK: usize = 32;
+pub(crate) const QK: usize = 32;
 /// Weights per super-block of the K-quants (ggml `QK_K`).
-pub const QK_K: usize = 256;
+pub(crate) const QK_K: usize = 256;
 /// Bytes of one block: Q4_0 (f16 scale + 16 bytes of nibbles), Q8_0 (f16 scale + 32 int8), Q4_K (two f16,
 /// 12 bytes of 6-bit scales and mins, 128 bytes of nibbles), Q8_K (f32 scale, 256 int8, 16 i16 sums).
-pub const Q4_0_BYTES: usize = 18;
-pub const Q8_0_BYTES: usize = 34;
-pub const Q4_K_BYTES: usize = 144;
-pub const Q8_K_BYTES: usize = 292;
+pub(crate) const Q4_0_BYTES: usize = 18;
+pub(crate) const Q8_0_BYTES: usize = 34;
+pub(crate) const Q4_K_BYTES: usize = 144;
+pub(crate) const Q8_K_BYTES: usize = 292;
 
 /// The instruction set the kernels ran with.
-pub fn isa() -> &'static str {
+pub(crate) fn isa() -> &'static str {
     if avx2() { "avx2+fma+f16c" } else { "portable" }
 }
 
@@ -47,7 +47,7 @@ pub enum DotType {
 }
 
 impl DotType {
-    pub const ALL: [DotType; 3] = [DotType::Q4_0, DotType::Q8_0, DotType::Q4K];
+    pub(crate) const ALL: [DotType; 3] = [DotType::Q4_0, DotType::Q8_0, DotType::Q4K];
 
     /// ggml's name for the type (`q4_0`, `q8_0`, `q4_K`), as used in metric names (lower-cased).
     pub fn name(self) -> &'static str {
@@ -59,7 +59,7 @@ impl DotType {
     }
 
     /// Weights per block and bytes per block of the weights and of the activations they are multiplied with.
-    pub fn block(self) -> (usize, usize, usize) {
+    pub(crate) fn block(self) -> (usize, usize, usize) {
         match self {
             DotType::Q4_0 => (QK, Q4_0_BYTES, Q8_0_BYTES),
             DotType::Q8_0 => (QK, Q8_0_BYTES, Q8_0_BYTES),
@@ -71,26 +71,26 @@ impl DotType {
 // ---- deterministic data ----
 
 /// A small xorshift generator: the data only has to be varied and reproducible, not random.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed | 1)
     }
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
     /// A float in [-1, 1).
-    pub fn unit(&mut self) -> f32 {
+    pub(crate) fn unit(&mut self) -> f32 {
         ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 }
 
 /// IEEE half from f32 (round to nearest; the scales written here are normal numbers well inside f16's range).
-pub fn f16_bits(x: f32) -> u16 {
+pub(crate) fn f16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     let sign = ((b >> 16) & 0x8000) as u16;
     let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
@@ -109,7 +109,7 @@ pub fn f16_bits(x: f32) -> u16 {
 }
 
 /// f32 from IEEE half (normal numbers and zero; what [`f16_bits`] writes).
-pub fn f16_value(h: u16) -> f32 {
+pub(crate) fn f16_value(h: u16) -> f32 {
     let sign = ((h & 0x8000) as u32) << 16;
     let exp = ((h >> 10) & 0x1f) as u32;
     let mant = (h & 0x3ff) as u32;
@@ -121,7 +121,7 @@ pub fn f16_value(h: u16) -> f32 {
 
 /// `blocks` blocks of weights of type `t`: random quants, realistic normal scales (as
 /// benches/llama-bench/make_models.py writes them, so no denormal or NaN slows the float parts).
-pub fn weights(t: DotType, blocks: usize, rng: &mut Rng) -> Vec<u8> {
+pub(crate) fn weights(t: DotType, blocks: usize, rng: &mut Rng) -> Vec<u8> {
     let (_, bytes, _) = t.block();
     let mut v = vec![0u8; blocks * bytes];
     for b in v.chunks_exact_mut(bytes) {
@@ -138,7 +138,7 @@ pub fn weights(t: DotType, blocks: usize, rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Quantizes activations to Q8_0 (ggml `quantize_row_q8_0`): per 32 values, d = max|x| / 127.
-pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+pub(crate) fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.chunks_exact_mut(Q8_0_BYTES)) {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
@@ -152,7 +152,7 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
 
 /// Quantizes activations to Q8_K (ggml `quantize_row_q8_K`): per 256 values an f32 scale, int8 quants and
 /// the sums of each 16.
-pub fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
+pub(crate) fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
     for (xs, b) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
@@ -450,10 +450,10 @@ mod avx2 {
 }
 
 /// FLOP per round of [`fma`].
-pub const FMA_FLOP_PER_ROUND: f64 = 2.0 * 8.0 * 12.0;
+pub(crate) const FMA_FLOP_PER_ROUND: f64 = 2.0 * 8.0 * 12.0;
 
 /// Runs `rounds` rounds of independent FP32 FMAs ([`FMA_FLOP_PER_ROUND`] FLOP each).
-pub fn fma(rounds: u64, seed: f32) -> f32 {
+pub(crate) fn fma(rounds: u64, seed: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if avx2() {
         // SAFETY: the CPU supports the features the function is compiled for (checked just above).
@@ -474,7 +474,7 @@ pub fn fma(rounds: u64, seed: f32) -> f32 {
 }
 
 /// The dot product of one row of weights of type `t` with the quantized activations, as ggml-cpu computes it.
-pub fn dot(t: DotType, x: &[u8], y: &[u8]) -> f32 {
+pub(crate) fn dot(t: DotType, x: &[u8], y: &[u8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if avx2() {
         // SAFETY: the CPU supports AVX2, FMA and F16C (checked just above); the slices hold whole blocks.
@@ -490,7 +490,7 @@ pub fn dot(t: DotType, x: &[u8], y: &[u8]) -> f32 {
 }
 
 /// The portable dot product (the vectorised one's reference).
-pub fn dot_portable(t: DotType, x: &[u8], y: &[u8]) -> f32 {
+pub(crate) fn dot_portable(t: DotType, x: &[u8], y: &[u8]) -> f32 {
     match t {
         DotType::Q4_0 => dot_q4_0_portable(x, y),
         DotType::Q8_0 => dot_q8_0_portable(x, y),
@@ -499,7 +499,7 @@ pub fn dot_portable(t: DotType, x: &[u8], y: &[u8]) -> f32 {
 }
 
 /// Quantizes activations for type `t` (Q8_0 for Q4_0/Q8_0 weights, Q8_K for Q4_K).
-pub fn quantize(t: DotType, x: &[f32], out: &mut [u8]) {
+pub(crate) fn quantize(t: DotType, x: &[f32], out: &mut [u8]) {
     match t {
         DotType::Q4_0 | DotType::Q8_0 => quantize_q8_0(x, out),
         DotType::Q4K => quantize_q8_k(x, out),
@@ -509,7 +509,7 @@ pub fn quantize(t: DotType, x: &[f32], out: &mut [u8]) {
 // ---- memory streams ----
 
 /// Sums a buffer (a read stream); the compiler vectorises the independent lanes.
-pub fn read(buf: &[u64]) -> u64 {
+pub(crate) fn read(buf: &[u64]) -> u64 {
     let mut lanes = [0u64; 8];
     for c in buf.chunks_exact(8) {
         for (l, v) in lanes.iter_mut().zip(c) {
@@ -520,12 +520,12 @@ pub fn read(buf: &[u64]) -> u64 {
 }
 
 /// `dst = src` (a copy stream: one read, one write).
-pub fn copy(dst: &mut [u64], src: &[u64]) {
+pub(crate) fn copy(dst: &mut [u64], src: &[u64]) {
     dst.copy_from_slice(src);
 }
 
 /// `a = b + s·c` (STREAM's triad: two reads, one write).
-pub fn triad(a: &mut [f32], b: &[f32], c: &[f32], s: f32) {
+pub(crate) fn triad(a: &mut [f32], b: &[f32], c: &[f32], s: f32) {
     for ((a, b), c) in a.iter_mut().zip(b).zip(c) {
         *a = b + s * c;
     }

@@ -17,7 +17,7 @@ pub struct Machine {
 }
 
 /// Seconds each repetition's work runs untimed first (cores left idle by a one-thread step wake and clock up).
-pub const WARMUP_SECS: f64 = 0.03;
+pub(crate) const WARMUP_SECS: f64 = 0.03;
 
 /// Runs `work(thread, iterations)` on `threads` threads at once, `iterations` each; seconds of wall time.
 fn timed(threads: u32, iterations: u64, work: &(dyn Fn(usize, u64) + Sync)) -> f64 {

@@ -15,7 +15,7 @@ mod machine;
 #[cfg(test)]
 mod tests;
 
-pub use machine::{Machine, WARMUP_SECS};
+pub use machine::Machine;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -35,7 +35,7 @@ pub enum Stream {
 }
 
 impl Stream {
-    pub const ALL: [Stream; 3] = [Stream::Read, Stream::Copy, Stream::Triad];
+    pub(crate) const ALL: [Stream; 3] = [Stream::Read, Stream::Copy, Stream::Triad];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -225,33 +225,33 @@ pub struct Plan {
 
 /// Bandwidth arrays are this many times the last-level cache, so the streams measure DRAM, not the cache
 /// (STREAM's rule: each array at least 4× the caches; 8× leaves room for a victim L3).
-pub const STREAM_CACHE_MULTIPLE: u64 = 8;
+pub(crate) const STREAM_CACHE_MULTIPLE: u64 = 8;
 /// Array size when the cache size is unknown: 8 × 32 MiB, the largest L3 of a desktop or single-CCD server part.
-pub const STREAM_BYTES_UNKNOWN_CACHE: u64 = 256 << 20;
+pub(crate) const STREAM_BYTES_UNKNOWN_CACHE: u64 = 256 << 20;
 /// Smallest array: below this even a small-cache machine's streams would hit its caches.
-pub const STREAM_BYTES_MIN: u64 = 64 << 20;
+pub(crate) const STREAM_BYTES_MIN: u64 = 64 << 20;
 /// The arrays of the triad (three of them) take at most this share of available memory.
-pub const STREAM_MEMORY_SHARE: u64 = 8;
+pub(crate) const STREAM_MEMORY_SHARE: u64 = 8;
 /// The GEMV row length without a model: Llama-3-8B's hidden size (4096), the row length the reference
 /// calibration in `perf` was measured at.
-pub const DEFAULT_DOT_COLS: usize = 4096;
+pub(crate) const DEFAULT_DOT_COLS: usize = 4096;
 /// Each thread's rows of the GEMV fill this share of its L2 cache (half: room for the activations and the
 /// stack), so the figure is the dot product's own rate; the DRAM side is the read-bandwidth figure.
-pub const DOT_L2_SHARE: u64 = 2;
+pub(crate) const DOT_L2_SHARE: u64 = 2;
 /// L2 per core when the inventory does not say: 256 KiB, the smallest of current x86 and Arm server cores.
-pub const L2_BYTES_UNKNOWN: u64 = 256 << 10;
+pub(crate) const L2_BYTES_UNKNOWN: u64 = 256 << 10;
 /// Largest L2 per core taken from an inventory: 32 MiB, IBM Telum's (z16), the largest a shipping core has. A
 /// bigger figure is not a per-core L2 (a hand-written or corrupt inventory) and would size the GEMV at gigabytes.
-pub const L2_BYTES_MAX: u64 = 32 << 20;
+pub(crate) const L2_BYTES_MAX: u64 = 32 << 20;
 /// Widest GEMV row taken from a model: 65536 weights, four times the widest hidden size of published LLMs
 /// (Llama-3.1-405B's 16384). A GGUF may declare any u32 embedding length; a wider one is not a real layer and
 /// eight of its rows alone would take gigabytes.
-pub const DOT_MAX_COLS: usize = 1 << 16;
+pub(crate) const DOT_MAX_COLS: usize = 1 << 16;
 /// Most bytes of weights one GEMV step allocates: the plan asks for half an L2 per thread (megabytes); a request
 /// beyond this is refused as a step failure instead of exhausting memory.
-pub const DOT_MAX_WEIGHT_BYTES: u64 = 1 << 30;
+pub(crate) const DOT_MAX_WEIGHT_BYTES: u64 = 1 << 30;
 /// Fewest rows a thread multiplies (a row per thread would measure call overhead).
-pub const DOT_MIN_ROWS_PER_THREAD: usize = 8;
+pub(crate) const DOT_MIN_ROWS_PER_THREAD: usize = 8;
 /// `--quick`: 8 rounds of 0.1 s per figure (about 17 s on a 2-core machine); a full run 10 of 0.3 s. Rounds
 /// rather than length: the project's KVM guest has spells of seconds at 0.75× its 2-thread rate, and more
 /// rounds spread over more time give the best of them more chances to miss one.
@@ -259,7 +259,7 @@ pub const QUICK_BUDGET: Budget = Budget {
     rep_secs: 0.1,
     reps: 8,
 };
-pub const FULL_BUDGET: Budget = Budget {
+pub(crate) const FULL_BUDGET: Budget = Budget {
     rep_secs: 0.3,
     reps: 10,
 };

@@ -8,17 +8,16 @@
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use cudarc::driver::{CudaContext, DriverError, result, sys};
 
 use super::{
-    Buffer, DEFAULT_SHAPES, DeviceInfo, GemmLaunch, GpuBench, GpuCalibration, GpuDtype, GpuError,
-    GpuPlan, KernelLaunch, MemoryInfo, Weights, tl2_triple_cols,
+    Buffer, DeviceInfo, GemmLaunch, GpuBench, GpuDtype, GpuError, KernelLaunch, MemoryInfo,
+    Weights, tl2_triple_cols,
 };
 
 /// The kernel sources in compilation order (one NVRTC program: the helpers first).
-pub const KERNEL_SOURCES: [(&str, &str); 5] = [
+pub(crate) const KERNEL_SOURCES: [(&str, &str); 5] = [
     ("common.cuh", include_str!("../../../kernels/common.cuh")),
     ("fill.cu", include_str!("../../../kernels/fill.cu")),
     (
@@ -46,7 +45,7 @@ fn lt_workspace_bytes(cc_major: u32) -> usize {
 }
 
 /// The whole NVRTC program: the helpers and every kernel file, in order.
-pub fn kernel_source() -> String {
+pub(crate) fn kernel_source() -> String {
     let mut src = String::new();
     for (name, text) in KERNEL_SOURCES {
         src.push_str(&format!("// ---- kernels/{name} ----\n"));
@@ -57,7 +56,7 @@ pub fn kernel_source() -> String {
 }
 
 /// NVRTC options for a device of compute capability `cc` and a GEMV batch.
-pub fn compile_options(cc: (u32, u32), gemv_batch: u32) -> Vec<String> {
+pub(crate) fn compile_options(cc: (u32, u32), gemv_batch: u32) -> Vec<String> {
     vec![
         format!("--gpu-architecture=compute_{}{}", cc.0, cc.1),
         format!("-DGEMV_BATCH={gemv_batch}"),
@@ -67,7 +66,7 @@ pub fn compile_options(cc: (u32, u32), gemv_batch: u32) -> Vec<String> {
 }
 
 /// Compiles the kernels to PTX with NVRTC (no GPU needed, only `libnvrtc`).
-pub fn compile_ptx(cc: (u32, u32), gemv_batch: u32) -> Result<String, GpuError> {
+pub(crate) fn compile_ptx(cc: (u32, u32), gemv_batch: u32) -> Result<String, GpuError> {
     // SAFETY: only checks whether the shared library can be loaded; calls nothing in it.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(GpuError::MissingLibrary {
@@ -756,7 +755,10 @@ impl Drop for CudaBench {
 
 /// A short real run for the device machine: GPU 0, the quick plan at the first default shape with every GEMV
 /// layout, f16 GEMM, and no peaks. Returns [`GpuError::NoDriver`] on a machine without an NVIDIA driver.
-pub fn run_real_smoke() -> Result<GpuCalibration, GpuError> {
+#[cfg(test)]
+pub(crate) fn run_real_smoke() -> Result<super::GpuCalibration, GpuError> {
+    use super::{DEFAULT_SHAPES, GpuPlan};
+    use std::sync::atomic::AtomicBool;
     let mut bench = CudaBench::new(0)?;
     let plan = GpuPlan::quick(&DEFAULT_SHAPES[..1], None);
     let stop = AtomicBool::new(false);

@@ -18,7 +18,7 @@ pub enum GpuDtype {
 
 impl GpuDtype {
     /// Every type, in measurement order.
-    pub const ALL: [GpuDtype; 8] = [
+    pub(crate) const ALL: [GpuDtype; 8] = [
         GpuDtype::F16,
         GpuDtype::Bf16,
         GpuDtype::Fp8E4m3,
@@ -59,27 +59,27 @@ impl GpuDtype {
     }
 
     /// Whether the type is a block or ternary quantization (its GEMM needs a dequantized f16 workspace).
-    pub fn is_quantized(self) -> bool {
+    pub(crate) fn is_quantized(self) -> bool {
         !matches!(self, GpuDtype::F16 | GpuDtype::Bf16 | GpuDtype::Fp8E4m3)
     }
 
     /// Whether a GEMV kernel exists for the type (bf16 and fp8 weights are not served by GEMV in llama.cpp).
-    pub fn has_gemv(self) -> bool {
+    pub(crate) fn has_gemv(self) -> bool {
         !matches!(self, GpuDtype::Bf16 | GpuDtype::Fp8E4m3)
     }
 
     /// Bytes per activation element a GEMM reads.
-    pub fn gemm_input_bytes(self) -> u64 {
+    pub(crate) fn gemm_input_bytes(self) -> u64 {
         if self == GpuDtype::Fp8E4m3 { 1 } else { 2 }
     }
 
     /// Bytes per output element a GEMM writes (f16; bf16 for fp8).
-    pub fn gemm_output_bytes(self) -> u64 {
+    pub(crate) fn gemm_output_bytes(self) -> u64 {
         2
     }
 
     /// Why `shape` cannot be laid out in this type, if it cannot.
-    pub fn shape_defect(self, shape: LayerShape) -> Option<String> {
+    pub(crate) fn shape_defect(self, shape: LayerShape) -> Option<String> {
         let multiple = match self {
             // cuBLASLt fp8 needs dimensions that are multiples of 16; the f16 GEMV loads 8 weights at once.
             GpuDtype::F16 | GpuDtype::Bf16 | GpuDtype::Fp8E4m3 => 16,
@@ -111,7 +111,7 @@ impl GpuDtype {
 
     /// Bytes of one layer's weights in this type's layout (see `crates/machine/kernels/gemv.cu`), or `None` when the shape
     /// does not fit the layout or the size overflows.
-    pub fn weight_bytes(self, shape: LayerShape) -> Option<u64> {
+    pub(crate) fn weight_bytes(self, shape: LayerShape) -> Option<u64> {
         if self.shape_defect(shape).is_some() {
             return None;
         }
@@ -141,7 +141,7 @@ impl std::fmt::Display for GpuDtype {
 
 /// The columns TL2 packs in triples: the largest multiple of [`TL2_TRIPLE_COLS_MULTIPLE`] that leaves at least
 /// [`TL2_MIN_PAIR_COLS`] columns to pairs; `None` when that is none.
-pub fn tl2_triple_cols(cols: u32) -> Option<u32> {
+pub(crate) fn tl2_triple_cols(cols: u32) -> Option<u32> {
     let k3 =
         cols.checked_sub(TL2_MIN_PAIR_COLS)? / TL2_TRIPLE_COLS_MULTIPLE * TL2_TRIPLE_COLS_MULTIPLE;
     (k3 > 0).then_some(k3)

@@ -16,7 +16,7 @@ pub enum MockOp {
 }
 
 /// Seconds one launch of an operation takes.
-pub type ThroughputModel = Box<dyn Fn(&MockOp) -> f64>;
+pub(crate) type ThroughputModel = Box<dyn Fn(&MockOp) -> f64>;
 
 /// A mock GPU.
 pub struct MockBench {
@@ -57,7 +57,8 @@ impl MockBench {
     }
 
     /// Allocations fail beyond `bytes` in total, whatever `memory()` reports.
-    pub fn with_allocatable(mut self, bytes: u64) -> MockBench {
+    #[cfg(test)]
+    pub(crate) fn with_allocatable(mut self, bytes: u64) -> MockBench {
         self.allocatable_bytes = bytes;
         self
     }
@@ -67,13 +68,15 @@ impl MockBench {
         self
     }
 
-    pub fn with_compute_capability(mut self, major: u32, minor: u32) -> MockBench {
+    /// The device reports compute capability `major.minor`.
+    #[cfg(test)]
+    pub(crate) fn with_compute_capability(mut self, major: u32, minor: u32) -> MockBench {
         self.info.compute_capability = (major, minor);
         self
     }
 
     /// Bytes allocated and not freed.
-    pub fn live_bytes(&self) -> u64 {
+    pub(crate) fn live_bytes(&self) -> u64 {
         self.live.values().sum()
     }
 

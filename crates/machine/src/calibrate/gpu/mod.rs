@@ -36,12 +36,14 @@ pub mod mock;
 pub mod sizing;
 pub mod stats;
 
-pub use cuda::{CudaBench, run_real_smoke};
-pub use dtype::{GpuDtype, LayerShape, tl2_triple_cols};
+pub use cuda::CudaBench;
+#[cfg(test)]
+use cuda::run_real_smoke;
+pub(crate) use dtype::tl2_triple_cols;
+pub use dtype::{GpuDtype, LayerShape};
 pub use mock::MockBench;
-pub use plan::{GpuCalibration, GpuPlan, Progress, run};
+pub use plan::{GpuCalibration, GpuPlan, run};
 pub use results::{Bench, GpuResult, decode_efficiency, prefill_efficiency, to_measurements};
-pub use steps::bandwidth_bytes;
 
 mod dtype;
 mod plan;
@@ -72,45 +74,45 @@ pub const DEFAULT_SHAPES: [LayerShape; 3] = [
 
 /// Batches of the GEMV sweep: 1 to 8 sequences decoded together, the range llama.cpp serves with its
 /// matrix-vector kernels (ggml-cuda `mmvq.cuh`: `MMVQ_MAX_BATCH_SIZE 8`); beyond it the engine switches to GEMM.
-pub const GEMV_BATCHES: [u32; 4] = [1, 2, 4, 8];
+pub(crate) const GEMV_BATCHES: [u32; 4] = [1, 2, 4, 8];
 
 /// A batch step must raise throughput by more than this share to count as still rising: CUDA-event timings of
 /// back-to-back launches repeat within 1-2 %, so 5 % is a rise and not noise.
-pub const KNEE_TOLERANCE: f64 = 0.05;
+pub(crate) const KNEE_TOLERANCE: f64 = 0.05;
 
 /// llama.cpp's default micro-batch (`n_ubatch` 512, `common.h`): prefill multiplies at most this many tokens at
 /// once, so `prefill_efficiency` is read from GEMMs no larger.
-pub const PREFILL_UBATCH: u64 = 512;
+pub(crate) const PREFILL_UBATCH: u64 = 512;
 
 /// The copies of a layer's weights that launches rotate through must total at least this many L2 caches, so a
 /// copy has been evicted before it is read again.
-pub const ROTATION_L2_MULTIPLE: u64 = 4;
+pub(crate) const ROTATION_L2_MULTIPLE: u64 = 4;
 
 /// Bandwidth buffers are this many L2 caches large, so a copy streams from DRAM (the L2 holds at most 1/16).
-pub const BANDWIDTH_L2_MULTIPLE: u64 = 16;
+pub(crate) const BANDWIDTH_L2_MULTIPLE: u64 = 16;
 
 /// At most this share of the free memory goes to fixed buffers (weight copies, bandwidth buffers), leaving the
 /// rest to the batch being sized.
-pub const FIXED_FREE_SHARE: f64 = 0.25;
+pub(crate) const FIXED_FREE_SHARE: f64 = 0.25;
 
 /// Share of the free memory (queried after the fixed buffers are allocated) that the batch buffers may take:
 /// cuBLAS allocates its own workspace and the context grows on first launches, outside our allocations.
-pub const USABLE_FREE_FRACTION: f64 = 0.9;
+pub(crate) const USABLE_FREE_FRACTION: f64 = 0.9;
 
 /// Weight copies start at a multiple of this many bytes (the CUDA allocation granularity is at least 256), so
 /// every copy is aligned for the kernels' 16-byte loads.
-pub const COPY_ALIGN_BYTES: u64 = 256;
+pub(crate) const COPY_ALIGN_BYTES: u64 = 256;
 
 /// TL2 packs columns in triples up to a multiple of this many (BitNet's `convert-hf-to-gguf-bitnet.py`,
 /// `preprocess_weights_tl2`: `BY3 = 96`), and the rest in TL1 pairs.
-pub const TL2_TRIPLE_COLS_MULTIPLE: u32 = 96;
+pub(crate) const TL2_TRIPLE_COLS_MULTIPLE: u32 = 96;
 
 /// TL2 leaves at least this many trailing columns to the pair kernel (the BitNet fork's `ggml_nbytes` for TL2:
 /// "the last 256 columns use the 2-weight kernel").
-pub const TL2_MIN_PAIR_COLS: u32 = 256;
+pub(crate) const TL2_MIN_PAIR_COLS: u32 = 256;
 
 /// The BitNet fork's 32-byte tail after a ternary tensor's packed weights (its f32 scale, padded for alignment).
-pub const BITNET_TAIL_BYTES: u64 = 32;
+pub(crate) const BITNET_TAIL_BYTES: u64 = 32;
 
 /// What the device says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -127,7 +129,7 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// Why the device cannot run a benchmark of this type, if it cannot: fp8 tensor-core GEMMs need compute
     /// capability 8.9 (Ada) or newer (cuBLASLt's FP8 support matrix).
-    pub fn unsupported(&self, dtype: GpuDtype) -> Option<String> {
+    pub(crate) fn unsupported(&self, dtype: GpuDtype) -> Option<String> {
         (dtype == GpuDtype::Fp8E4m3 && self.compute_capability < (8, 9)).then(|| {
             format!(
                 "fp8 GEMM needs compute capability 8.9 or newer; {} is {}.{}",
@@ -280,13 +282,13 @@ pub struct Timing {
 
 impl Timing {
     /// Thorough: 7 runs of at least 20 ms.
-    pub const FULL: Timing = Timing {
+    pub(crate) const FULL: Timing = Timing {
         warmup_launches: 10,
         samples: 7,
         min_sample_s: 0.02,
     };
     /// `--quick`: 3 runs of at least 5 ms.
-    pub const QUICK: Timing = Timing {
+    pub(crate) const QUICK: Timing = Timing {
         warmup_launches: 3,
         samples: 3,
         min_sample_s: 0.005,

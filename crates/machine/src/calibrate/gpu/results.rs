@@ -46,7 +46,7 @@ pub struct GpuResult {
 
 impl GpuResult {
     /// The store metric.
-    pub fn metric(&self) -> String {
+    pub(crate) fn metric(&self) -> String {
         let d = self.dtype.map_or("", GpuDtype::name);
         match self.bench {
             Bench::CopyD2D => "gpu_bandwidth_d2d_bytes_per_s".into(),
@@ -59,7 +59,7 @@ impl GpuResult {
         }
     }
 
-    pub fn unit(&self) -> &'static str {
+    pub(crate) fn unit(&self) -> &'static str {
         match self.bench {
             Bench::CopyD2D | Bench::CopyH2D | Bench::Read | Bench::Gemv => "bytes/s",
             Bench::Gemm => "FLOP/s",

@@ -11,7 +11,7 @@ use super::{
 
 /// How many copies of a layer's weights (each `stride` bytes) the launches rotate through: enough to total
 /// [`ROTATION_L2_MULTIPLE`] L2 caches, within [`FIXED_FREE_SHARE`] of the free memory, and at least one.
-pub fn rotation_copies(stride: u64, l2_bytes: u64, free_bytes: u64) -> u32 {
+pub(crate) fn rotation_copies(stride: u64, l2_bytes: u64, free_bytes: u64) -> u32 {
     if stride == 0 {
         return 1;
     }
@@ -25,20 +25,20 @@ pub fn rotation_copies(stride: u64, l2_bytes: u64, free_bytes: u64) -> u32 {
 
 /// Bytes one more token of batch takes: its activations in and its results out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchBytes {
+pub(crate) struct BatchBytes {
     pub input: u64,
     pub output: u64,
 }
 
 impl BatchBytes {
-    pub fn total(self) -> u64 {
+    pub(crate) fn total(self) -> u64 {
         self.input.saturating_add(self.output)
     }
 }
 
 /// The batch buffers that were allocated, and how the batch was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fit {
+pub(crate) struct Fit {
     pub batch: u64,
     pub input: Buffer,
     pub output: Buffer,
@@ -47,7 +47,7 @@ pub struct Fit {
 }
 
 /// The memory bound: how many tokens' buffers fit in [`USABLE_FREE_FRACTION`] of `free_bytes`.
-pub fn memory_bound(free_bytes: u64, per_batch: BatchBytes) -> u64 {
+pub(crate) fn memory_bound(free_bytes: u64, per_batch: BatchBytes) -> u64 {
     let usable = (free_bytes as f64 * USABLE_FREE_FRACTION) as u64;
     usable.checked_div(per_batch.total()).unwrap_or(0)
 }
@@ -56,7 +56,7 @@ pub fn memory_bound(free_bytes: u64, per_batch: BatchBytes) -> u64 {
 /// queried now, and halves on every out-of-memory. Out of memory at one token ends with
 /// [`GpuError::NoBatchFits`] (never a loop); any other error ends it at once. On success the caller owns (and
 /// must free) the two buffers.
-pub fn confirm_batch(
+pub(crate) fn confirm_batch(
     bench: &mut dyn GpuBench,
     what: &str,
     per_batch: BatchBytes,
@@ -114,7 +114,7 @@ pub fn confirm_batch(
 
 /// Throughput against batch, and the knee.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     /// (batch, throughput) in the order measured.
     pub points: Vec<(u64, f64)>,
     /// The batch with the best throughput that still rose by more than the tolerance.
@@ -126,7 +126,7 @@ pub struct Sweep {
 /// Measures throughput at batch 1, 2, 4, ... while it rises by more than `tolerance` and the batch stays
 /// within `cap`; then from the best batch grows by 25 % (at least one) while it still rises by more than
 /// `tolerance` and stays within `cap`. `measure` returns the throughput at a batch.
-pub fn sweep(
+pub(crate) fn sweep(
     cap: u64,
     tolerance: f64,
     stop: &AtomicBool,

@@ -6,11 +6,11 @@ use super::{GpuError, Timing};
 
 /// Most launches one timed run may hold: a launch costs at least a few microseconds, so this bounds a run of a
 /// near-empty kernel to well under a second while still amortizing the event overhead.
-pub const MAX_LAUNCHES_PER_SAMPLE: u32 = 100_000;
+pub(crate) const MAX_LAUNCHES_PER_SAMPLE: u32 = 100_000;
 
 /// A timed point.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timed {
+pub(crate) struct Timed {
     /// Median seconds per launch.
     pub seconds: f64,
     pub seconds_min: f64,
@@ -22,7 +22,7 @@ pub struct Timed {
 
 impl Timed {
     /// No timing (rows that count a batch rather than time it).
-    pub fn none() -> Timed {
+    pub(crate) fn none() -> Timed {
         Timed {
             seconds: 0.0,
             seconds_min: 0.0,
@@ -34,7 +34,7 @@ impl Timed {
 }
 
 /// Times an operation: `run(n)` performs `n` launches back to back and returns the seconds they took together.
-pub fn time(
+pub(crate) fn time(
     timing: &Timing,
     what: &str,
     mut run: impl FnMut(u32) -> Result<f64, GpuError>,

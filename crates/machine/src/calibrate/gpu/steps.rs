@@ -34,7 +34,7 @@ pub(super) fn run_step(
 
 /// Bytes of each bandwidth buffer: [`BANDWIDTH_L2_MULTIPLE`] L2 caches, within [`FIXED_FREE_SHARE`] of the
 /// free memory for both buffers together, a multiple of 16 bytes.
-pub fn bandwidth_bytes(info: &DeviceInfo, free_bytes: u64) -> u64 {
+pub(crate) fn bandwidth_bytes(info: &DeviceInfo, free_bytes: u64) -> u64 {
     let share = (free_bytes as f64 * FIXED_FREE_SHARE / 2.0) as u64;
     let want = info.l2_bytes.saturating_mul(BANDWIDTH_L2_MULTIPLE);
     let bytes = if want == 0 { share } else { want.min(share) };

@@ -23,16 +23,16 @@ pub struct Sample {
 
 impl Sample {
     /// Generated tokens: the server's count when it gave one, else the events that carried text.
-    pub fn tokens(&self) -> u64 {
+    pub(crate) fn tokens(&self) -> u64 {
         self.usage_completion_tokens.unwrap_or(self.chunks)
     }
 
-    pub fn ttft(&self) -> Duration {
+    pub(crate) fn ttft(&self) -> Duration {
         self.first_token.saturating_sub(self.sent)
     }
 
     /// Milliseconds per output token after the first, when there were at least two.
-    pub fn tpot_ms(&self) -> Option<f64> {
+    pub(crate) fn tpot_ms(&self) -> Option<f64> {
         let n = self.tokens();
         (n >= 2).then(|| {
             1e3 * self
@@ -58,7 +58,7 @@ pub struct Stats {
 
 impl Stats {
     /// `None` for no values.
-    pub fn of(values: &[f64]) -> Option<Stats> {
+    pub(crate) fn of(values: &[f64]) -> Option<Stats> {
         let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
         if v.is_empty() {
             return None;
