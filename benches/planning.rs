@@ -150,8 +150,10 @@ fn bench(c: &mut Criterion) {
                     gpus: None,
                     cluster: Some(file.clone()),
                     host: Default::default(),
+                    nodes: None,
                 },
                 overrides: Overrides::default(),
+                sla: Default::default(),
             };
             let (t, peak) = measure(9, || {
                 black_box(app::resolve(&sources.clone(), &req).expect("cluster plan"));
@@ -184,8 +186,10 @@ fn bench(c: &mut Criterion) {
             gpus: None,
             cluster: Some(cluster.clone()),
             host: Default::default(),
+            nodes: None,
         },
         overrides: Overrides::default(),
+        sla: Default::default(),
     };
     g.bench_function("70b_batch-inference_cluster_8x8", |b| {
         b.iter(|| black_box(app::resolve(&sources.clone(), &req).expect("cluster plan")))

@@ -24,6 +24,7 @@ fn bench(c: &mut Criterion) {
         workload: "chat".into(),
         hardware: Hardware::default(),
         overrides: Overrides::default(),
+        sla: Default::default(),
     };
     let mut g = c.benchmark_group("resolve_8b");
     g.bench_function("end_to_end", |b| {

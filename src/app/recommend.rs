@@ -10,6 +10,10 @@
 //! purchase (power only, with `--usd-per-kwh` and the probed power limits), planned as plain `resolve` plans it:
 //! it answers "do I need anything new?". Trade-off: the owned machine counts as one instance only (you have one),
 //! so a `--rate` it cannot serve alone rejects it (`capacity`) rather than mixing it with rented instances.
+//! For each priced multi-GPU instance one of which does not hold the model, N = 2..[`offers::MAX_NODES`] of
+//! them are offered too where the instance's node profile states its fabric ([`offers::multinode`]), planned by
+//! the same path with `resolve --hardware NODE --nodes N` (the multi-node planner a `--cluster` of them gets)
+//! and priced as N instances; the instances whose fabric no profile states are skipped and named in a note.
 //! May touch: the model file, the profiles, the store (through `resolve`), the price files given.
 
 use serde::Serialize;
@@ -97,6 +101,11 @@ pub struct Choice {
     pub gpus: PriceGpus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_profile: Option<String>,
+    /// Nodes of the instance one copy of the plan spans (`resolve --nodes`; 1: one machine).
+    pub nodes: u32,
+    /// Across nodes: the fabric the plan is priced over, where it comes from, and what is not stated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<String>,
     /// Where the planned host's cores and memory come from.
     pub host: String,
     /// The `resolve` flags that plan the same machine (its plan is this option's, exactly).
@@ -135,6 +144,9 @@ pub struct Choice {
     /// The plan, as `resolve` writes it.
     #[serde(skip)]
     pub plan: Box<Deployment>,
+    /// The request `resolve` plans it from (what `resolve_flags` say): benches/recommend.rs times it.
+    #[serde(skip)]
+    pub request: Box<ResolveRequest>,
 }
 
 /// An offer that did not make the ranking, and why.
@@ -167,6 +179,9 @@ pub struct Recommendation {
     /// What a token of the cost per million is: `output`, `embedded` or `trained`.
     pub tokens: &'static str,
     pub priced_offers: usize,
+    /// Offers of several nodes of one priced instance, made for the instances one of which does not hold the
+    /// model.
+    pub multinode_offers: usize,
     pub machines_planned: usize,
     /// Plans made in all (`resolve_loaded` calls): one per machine, more where `--rate` sizes them.
     pub plans_run: usize,
@@ -193,11 +208,17 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
     let spec = crate::model::load(&req.model)?;
     crate::model::safetensors::require_config(&req.model, &spec)?;
     let set = sources.profiles()?;
-    let mut workload = set
+    let preset = &set
         .find_workload(&req.workload)
         .map_err(|e| lookup_failure(e, "workloads"))?
-        .value
-        .clone();
+        .value;
+    // The targets are applied by `resolve_loaded` itself (as `resolve --sla-ttft-ms/--sla-tpot-ms` applies
+    // them); `workload` is the same application, for the figures ranked here.
+    let targets = SlaTargets {
+        time_to_first_token_ms: req.sla_ttft_ms,
+        time_per_output_token_ms: req.sla_tpot_ms,
+    };
+    let workload = targets.apply(preset);
     let training = workload.training.is_some();
     if training && req.rate_req_per_s.is_some() {
         return Err(Failure::new(
@@ -213,20 +234,17 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
         (
             "--sla-ttft-ms",
             req.sla_ttft_ms,
-            &mut workload.sla.time_to_first_token_ms,
+            workload.sla.time_to_first_token_ms,
             "time to first token",
         ),
         (
             "--sla-tpot-ms",
             req.sla_tpot_ms,
-            &mut workload.sla.time_per_output_token_ms,
+            workload.sla.time_per_output_token_ms,
             "time per output token",
         ),
     ] {
-        if given.is_some() {
-            *target = given;
-        }
-        if let Some(ms) = *target {
+        if let Some(ms) = target {
             let from = if given.is_some() {
                 flag.to_string()
             } else {
@@ -273,96 +291,106 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
     let mut plans_run = 0usize;
     let mut options = Vec::new();
     let mut rejected = Vec::new();
-    for o in &offers {
-        let hardware = Hardware {
-            gpus: (!o.owned).then(|| match &o.node_profile {
-                Some(n) => (1, n.clone()),
-                None => (o.gpus.count, o.gpus.profile.clone()),
-            }),
-            cluster: None,
-            host: o.host,
-        };
-        let i = match plans.iter().position(|(h, _)| *h == hardware) {
-            Some(i) => i,
-            None => {
-                let mut plan = |overrides: &Overrides| {
-                    plans_run += 1;
-                    let r = ResolveRequest {
-                        model: req.model.clone(),
-                        workload: workload.id.clone(),
-                        hardware: hardware.clone(),
-                        overrides: overrides.clone(),
-                        stable: false,
-                    };
-                    resolve_loaded(sources, &r, &spec, &workload)
-                };
-                let sized = plan(&req.overrides).map(|doc| match req.rate_req_per_s {
-                    Some(rate_req_per_s) => {
-                        let load = Load {
-                            spec: &spec,
-                            workload: &workload,
-                            rate_req_per_s,
+    let priced_offers = offers.len();
+    let mut multinode_offers = 0;
+    // Single machines first; then several nodes of each priced instance one of which does not hold the model.
+    let mut batch = offers;
+    let mut multinode_done = false;
+    let mut no_fit: Vec<String> = Vec::new();
+    loop {
+        for o in &batch {
+            let hardware = Hardware {
+                gpus: (!o.owned).then(|| match &o.node_profile {
+                    Some(n) => (1, n.clone()),
+                    None => (o.gpus.count, o.gpus.profile.clone()),
+                }),
+                cluster: None,
+                host: o.host,
+                nodes: (o.nodes > 1).then_some(o.nodes),
+            };
+            let i = match plans.iter().position(|(h, _)| *h == hardware) {
+                Some(i) => i,
+                None => {
+                    let mut plan = |overrides: &Overrides| {
+                        plans_run += 1;
+                        let r = ResolveRequest {
+                            model: req.model.clone(),
+                            workload: workload.id.clone(),
+                            hardware: hardware.clone(),
+                            overrides: overrides.clone(),
+                            sla: targets,
+                            stable: false,
                         };
-                        size(&mut plan, &req.overrides, doc, &load)
-                    }
-                    None => Sized {
-                        doc,
-                        overrides: req.overrides.clone(),
-                        concurrency: None,
-                    },
-                });
-                plans.push((hardware, sized));
-                plans.len() - 1
+                        resolve_loaded(sources, &r, &spec, preset)
+                    };
+                    let sized = plan(&req.overrides).map(|doc| match req.rate_req_per_s {
+                        Some(rate_req_per_s) => {
+                            let load = Load {
+                                spec: &spec,
+                                workload: &workload,
+                                rate_req_per_s,
+                            };
+                            size(&mut plan, &req.overrides, doc, &load)
+                        }
+                        None => Sized {
+                            doc,
+                            overrides: req.overrides.clone(),
+                            concurrency: None,
+                        },
+                    });
+                    plans.push((hardware, sized));
+                    plans.len() - 1
+                }
+            };
+            let reject = |reason: &str, detail: String| Rejected {
+                price_id: o.id.clone(),
+                owned: o.owned,
+                offer: o.offer.clone(),
+                gpus: o.gpus.clone(),
+                usd_per_hour: o.usd_per_hour,
+                reason: reason.into(),
+                detail,
+            };
+            let (doc, sized) = match &plans[i].1 {
+                Err(f) => {
+                    rejected.push(reject("error", format!("exit {}: {}", f.code, f.error)));
+                    continue;
+                }
+                Ok(s) => (&s.doc, s),
+            };
+            match doc.status {
+                Status::NoFit => {
+                    let why = doc.suggestions.first().cloned().unwrap_or_default();
+                    rejected.push(reject("no-fit", why));
+                    no_fit.push(o.id.clone());
+                    continue;
+                }
+                Status::WorkloadUnmet => {
+                    rejected.push(reject(
+                        "workload-unmet",
+                        "the workload's request is longer than the context the model allows".into(),
+                    ));
+                    continue;
+                }
+                Status::SlaMissed if sla_given => {
+                    rejected.push(reject("sla", missed(doc)));
+                    continue;
+                }
+                _ => {}
             }
-        };
-        let reject = |reason: &str, detail: String| Rejected {
-            price_id: o.id.clone(),
-            owned: o.owned,
-            offer: o.offer.clone(),
-            gpus: o.gpus.clone(),
-            usd_per_hour: o.usd_per_hour,
-            reason: reason.into(),
-            detail,
-        };
-        let (doc, sized) = match &plans[i].1 {
-            Err(f) => {
-                rejected.push(reject("error", format!("exit {}: {}", f.code, f.error)));
-                continue;
-            }
-            Ok(s) => (&s.doc, s),
-        };
-        match doc.status {
-            Status::NoFit => {
-                let why = doc.suggestions.first().cloned().unwrap_or_default();
-                rejected.push(reject("no-fit", why));
-                continue;
-            }
-            Status::WorkloadUnmet => {
+            let Some(t) = throughput(doc, &workload) else {
                 rejected.push(reject(
-                    "workload-unmet",
-                    "the workload's request is longer than the context the model allows".into(),
+                    "throughput",
+                    "the plan predicts no throughput".into(),
                 ));
                 continue;
-            }
-            Status::SlaMissed if sla_given => {
-                rejected.push(reject("sla", missed(doc)));
-                continue;
-            }
-            _ => {}
-        }
-        let Some(t) = throughput(doc, &workload) else {
-            rejected.push(reject(
-                "throughput",
-                "the plan predicts no throughput".into(),
-            ));
-            continue;
-        };
-        let instances = match req.rate_req_per_s {
-            Some(rate) => (rate / t.requests_per_s).ceil().max(1.0) as u64,
-            None => 1,
-        };
-        if o.owned && instances > 1 {
-            rejected.push(reject(
+            };
+            let instances = match req.rate_req_per_s {
+                Some(rate) => (rate / t.requests_per_s).ceil().max(1.0) as u64,
+                None => 1,
+            };
+            if o.owned && instances > 1 {
+                rejected.push(reject(
                 "capacity",
                 format!(
                     "it serves {:.3} req/s of the {} asked: {instances} such machines would be needed",
@@ -370,61 +398,83 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
                     req.rate_req_per_s.unwrap_or_default()
                 ),
             ));
-            continue;
+                continue;
+            }
+            let usd_per_hour = instances as f64 * o.usd_per_hour;
+            if let Some(b) = req.budget_usd_per_hour.filter(|b| usd_per_hour > *b) {
+                rejected.push(reject(
+                    "budget",
+                    format!("{usd_per_hour:.2} USD/h at the load, over the budget of {b} USD/h"),
+                ));
+                continue;
+            }
+            let load_tokens_per_s = match req.rate_req_per_s {
+                Some(rate) => rate * t.tokens_per_s / t.requests_per_s,
+                None => t.tokens_per_s,
+            };
+            let usd_per_million_tokens =
+                usd_per_hour / (load_tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_MILLION;
+            let load = match req.rate_req_per_s {
+                Some(rate) => format!("{rate} req/s on {instances} instance(s)"),
+                None => "one instance at its capacity".to_string(),
+            };
+            options.push(Choice {
+                id: o.id.clone(),
+                owned: o.owned,
+                offer: o.offer.clone(),
+                gpus: if o.owned {
+                    offers::owned_gpus(doc)
+                } else {
+                    o.gpus.clone()
+                },
+                node_profile: o.node_profile.clone(),
+                nodes: o.nodes,
+                fabric: o.fabric.clone(),
+                host: o.host_basis.clone(),
+                resolve_flags: resolve_flags(&plans[i].0, &sized.overrides, &targets),
+                concurrency: sized.concurrency.clone(),
+                status: doc.status,
+                runtime: doc.runtime.id.to_string(),
+                settings: settings_words(&doc.settings),
+                time_to_first_token_ms: doc.performance.time_to_first_token_ms,
+                time_per_output_token_ms: doc.performance.time_per_output_token_ms,
+                basis: doc.performance.basis,
+                evidence: doc.performance.evidence.clone(),
+                replicas_per_instance: t.replicas,
+                tokens_per_s: t.tokens_per_s,
+                requests_per_s: t.requests_per_s,
+                throughput_basis: t.basis,
+                instances,
+                gpus_total: instances * u64::from(o.nodes) * u64::from(o.gpus.count),
+                usd_per_hour,
+                usd_per_million_tokens,
+                cost_basis: format!(
+                    "{instances} x {:.4} USD/h ({}); per million {tokens} tokens at {load}",
+                    o.usd_per_hour, o.cost_basis
+                ),
+                price: o.price.clone(),
+                plan: Box::new(doc.clone()),
+                request: Box::new(ResolveRequest {
+                    model: req.model.clone(),
+                    workload: workload.id.clone(),
+                    hardware: plans[i].0.clone(),
+                    overrides: sized.overrides.clone(),
+                    sla: targets,
+                    stable: false,
+                }),
+            });
         }
-        let usd_per_hour = instances as f64 * o.usd_per_hour;
-        if let Some(b) = req.budget_usd_per_hour.filter(|b| usd_per_hour > *b) {
-            rejected.push(reject(
-                "budget",
-                format!("{usd_per_hour:.2} USD/h at the load, over the budget of {b} USD/h"),
-            ));
-            continue;
+        if multinode_done {
+            break;
         }
-        let load_tokens_per_s = match req.rate_req_per_s {
-            Some(rate) => rate * t.tokens_per_s / t.requests_per_s,
-            None => t.tokens_per_s,
-        };
-        let usd_per_million_tokens =
-            usd_per_hour / (load_tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_MILLION;
-        let load = match req.rate_req_per_s {
-            Some(rate) => format!("{rate} req/s on {instances} instance(s)"),
-            None => "one instance at its capacity".to_string(),
-        };
-        options.push(Choice {
-            id: o.id.clone(),
-            owned: o.owned,
-            offer: o.offer.clone(),
-            gpus: if o.owned {
-                offers::owned_gpus(doc)
-            } else {
-                o.gpus.clone()
-            },
-            node_profile: o.node_profile.clone(),
-            host: o.host_basis.clone(),
-            resolve_flags: resolve_flags(&plans[i].0, &sized.overrides),
-            concurrency: sized.concurrency.clone(),
-            status: doc.status,
-            runtime: doc.runtime.id.to_string(),
-            settings: settings_words(&doc.settings),
-            time_to_first_token_ms: doc.performance.time_to_first_token_ms,
-            time_per_output_token_ms: doc.performance.time_per_output_token_ms,
-            basis: doc.performance.basis,
-            evidence: doc.performance.evidence.clone(),
-            replicas_per_instance: t.replicas,
-            tokens_per_s: t.tokens_per_s,
-            requests_per_s: t.requests_per_s,
-            throughput_basis: t.basis,
-            instances,
-            gpus_total: instances * u64::from(o.gpus.count),
-            usd_per_hour,
-            usd_per_million_tokens,
-            cost_basis: format!(
-                "{instances} x {:.4} USD/h ({}); per million {tokens} tokens at {load}",
-                o.usd_per_hour, o.cost_basis
-            ),
-            price: o.price.clone(),
-            plan: Box::new(doc.clone()),
-        });
+        multinode_done = true;
+        // The priced instances one of which does not hold the model (its plan is no-fit), as several nodes.
+        let short: Vec<&offers::Offer> = batch.iter().filter(|o| no_fit.contains(&o.id)).collect();
+        batch = offers::multinode(&short, set, &mut notes);
+        multinode_offers = batch.len();
+        if batch.is_empty() {
+            break;
+        }
     }
     if options.is_empty()
         && let Some(Err(f)) = plans.iter().map(|(_, r)| r).find(|r| r.is_err())
@@ -502,7 +552,8 @@ pub fn recommend(sources: &Sources, req: &RecommendRequest) -> Result<Recommenda
         sla,
         rate_req_per_s: req.rate_req_per_s,
         tokens,
-        priced_offers: offers.len(),
+        priced_offers,
+        multinode_offers,
         machines_planned: plans.len(),
         plans_run,
         cheapest: cheapest.map(|c| c.id.clone()),
@@ -624,12 +675,15 @@ fn cheaper_lost(best: &Choice, options: &[Choice], rejected: &[Rejected]) -> Vec
 
 /// The `resolve` flags for a machine and the overrides its plan was made with (`--runtime`, and the sizing's
 /// `--parallel` and `--objective`).
-fn resolve_flags(h: &Hardware, ov: &Overrides) -> String {
+fn resolve_flags(h: &Hardware, ov: &Overrides, sla: &SlaTargets) -> String {
     let mut s = match &h.gpus {
         Some((1, id)) => format!("--hardware {id}"),
         Some((n, id)) => format!("--hardware {n}x:{id}"),
         None => String::new(),
     };
+    if let Some(n) = h.nodes {
+        s.push_str(&format!(" --nodes {n}"));
+    }
     match h.host.memory_bytes {
         Some(b) if b % (1 << 30) == 0 => s.push_str(&format!(" --host-memory {}GiB", b >> 30)),
         Some(b) => s.push_str(&format!(" --host-memory {b}")),
@@ -647,6 +701,9 @@ fn resolve_flags(h: &Hardware, ov: &Overrides) -> String {
     if let Some(o) = ov.objective {
         s.push_str(&format!(" --objective {}", format!("{o:?}").to_lowercase()));
     }
+    if !sla.is_empty() {
+        s.push_str(&format!(" {}", sla.flags()));
+    }
     s.trim_start().to_string()
 }
 
@@ -659,8 +716,13 @@ fn settings_words(s: &Settings) -> String {
         )
         .to_lowercase(),
         Settings::Vllm(v) => format!(
-            "TP {} x {} replica(s), {}{}, KV {}, {} seqs, len {}",
+            "TP {}{} x {} replica(s), {}{}, KV {}, {} seqs, len {}",
             v.tensor_parallel_size,
+            match (v.pipeline_parallel_size, v.nnodes) {
+                (Some(pp), _) if pp > 1 => format!(" x PP {pp}"),
+                (_, Some(n)) if n > 1 => format!(" over {n} nodes"),
+                _ => String::new(),
+            },
             v.replicas_per_node,
             v.dtype,
             v.quantization

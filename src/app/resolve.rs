@@ -12,6 +12,9 @@ pub struct Hardware {
     pub cluster: Option<PathBuf>,
     /// `--host-memory` / `--host-cores`: the planned node's host in place of the probed or inventory one.
     pub host: HostOverride,
+    /// `--nodes N`: N identical nodes of the node profile `gpus` names, joined by the fabric that profile
+    /// states, planned as `--cluster` plans a cluster of them (`None`: one machine).
+    pub nodes: Option<u32>,
 }
 
 /// The host of the planned node as the user states it (`--host-memory 512GiB --host-cores 64`); each figure
@@ -59,9 +62,72 @@ pub struct ResolveRequest {
     pub workload: String,
     pub hardware: Hardware,
     pub overrides: Overrides,
+    /// `--sla-ttft-ms` / `--sla-tpot-ms`: targets replacing the workload preset's.
+    pub sla: SlaTargets,
     /// Round the probed free memory down to [`STABLE_FREE_GRANULARITY`] so that re-running on an idle machine
     /// writes the same bytes (`--stable`, the default with `-o FILE`).
     pub stable: bool,
+}
+
+/// SLA targets given by flag (`--sla-ttft-ms`, `--sla-tpot-ms`), each replacing the workload preset's own;
+/// `resolve` and `recommend` apply them the same way ([`SlaTargets::apply`]), so an option `recommend` ranked
+/// under them re-resolves to the same plan.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SlaTargets {
+    pub time_to_first_token_ms: Option<f64>,
+    pub time_per_output_token_ms: Option<f64>,
+}
+
+impl SlaTargets {
+    pub fn is_empty(&self) -> bool {
+        self.time_to_first_token_ms.is_none() && self.time_per_output_token_ms.is_none()
+    }
+
+    /// The workload with each given target in place of the preset's.
+    pub fn apply(&self, w: &crate::profile::WorkloadProfile) -> crate::profile::WorkloadProfile {
+        let mut w = w.clone();
+        if let Some(ms) = self.time_to_first_token_ms {
+            w.sla.time_to_first_token_ms = Some(ms);
+        }
+        if let Some(ms) = self.time_per_output_token_ms {
+            w.sla.time_per_output_token_ms = Some(ms);
+        }
+        w
+    }
+
+    /// `(flag, document key, the target given, the preset's)` for each target.
+    fn given(
+        &self,
+        preset: &crate::profile::WorkloadProfile,
+    ) -> [(&'static str, &'static str, Option<f64>, Option<f64>); 2] {
+        [
+            (
+                "--sla-ttft-ms",
+                "workload.time_to_first_token_ms",
+                self.time_to_first_token_ms,
+                preset.sla.time_to_first_token_ms,
+            ),
+            (
+                "--sla-tpot-ms",
+                "workload.time_per_output_token_ms",
+                self.time_per_output_token_ms,
+                preset.sla.time_per_output_token_ms,
+            ),
+        ]
+    }
+
+    /// The `resolve` flags that give these targets (`f64`'s `Display` is the shortest form that reads back to
+    /// the same value, so the flags re-plan exactly).
+    pub fn flags(&self) -> String {
+        let mut s = String::new();
+        if let Some(ms) = self.time_to_first_token_ms {
+            s.push_str(&format!(" --sla-ttft-ms {ms}"));
+        }
+        if let Some(ms) = self.time_per_output_token_ms {
+            s.push_str(&format!(" --sla-tpot-ms {ms}"));
+        }
+        s.trim_start().to_string()
+    }
 }
 
 /// What `--stable` rounds probed free memory down to: between two runs on an idle machine the page cache and the
@@ -102,8 +168,16 @@ pub fn resolve_loaded(
     workload: &crate::profile::WorkloadProfile,
 ) -> Result<Deployment, Failure> {
     let set = sources.profiles()?;
+    let preset = workload;
+    let applied;
+    let workload = if req.sla.is_empty() {
+        preset
+    } else {
+        applied = req.sla.apply(preset);
+        &applied
+    };
     let mut fabric = None;
-    let (mut inv, mut source, nodes) = match &req.hardware.cluster {
+    let (mut inv, mut source, mut nodes) = match &req.hardware.cluster {
         Some(path) => {
             let (inv, nodes, f) = cluster_node(path)?;
             fabric = f;
@@ -127,6 +201,22 @@ pub fn resolve_loaded(
     if let Some((n, node)) = node {
         inv = with_node(inv, n, node, &req.hardware.host, set)?;
         source = "profile";
+        if let Some(count) = req.hardware.nodes {
+            (nodes, fabric) = node_fabric(node, count)?;
+        }
+    } else if let Some(count) = req.hardware.nodes {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "--nodes {count}: {} names no node profile; --nodes takes --hardware NODE (`optimizer profiles list --kind nodes`), or describe the nodes with --cluster",
+                req.hardware
+                    .gpus
+                    .as_ref()
+                    .map_or("no --hardware".to_string(), |(_, id)| format!(
+                        "--hardware {id}"
+                    ))
+            ),
+        ));
     } else {
         // Before the GPUs: an Apple SoC's GPU takes the machine's memory, which the override may set.
         req.hardware.host.apply(&mut inv);
@@ -190,7 +280,78 @@ pub fn resolve_loaded(
         .map_err(|e| plan_failure(e, &req.model, source, runtime))?;
     warnings.extend(idle_gpus(&doc, &inv));
     doc.warnings.extend(warnings);
+    for (flag, key, given, from) in req.sla.given(preset) {
+        if let Some(ms) = given {
+            doc.provenance.insert(
+                key.into(),
+                crate::emit::Provenance {
+                    source: crate::emit::Source::User,
+                    detail: format!(
+                        "{flag} {ms}, in place of workload {}'s {}",
+                        preset.id,
+                        from.map_or("none".to_string(), |t| format!("{t} ms"))
+                    ),
+                },
+            );
+        }
+    }
     Ok(doc)
+}
+
+/// `--nodes N` on a node profile: the node count, and the profile's fabric as a cluster file states one (its
+/// sources from the profile's `sources`). One node needs no fabric; more need the profile to state one, since
+/// a plan across nodes is priced by it.
+fn node_fabric(
+    node: &crate::profile::NodeProfile,
+    count: u32,
+) -> Result<(u32, Option<crate::hardware::Fabric>), Failure> {
+    use crate::hardware::{Fabric, Sourced};
+    let max = crate::hardware::cluster::MAX_CLUSTER_NODES;
+    if count == 0 || u64::from(count) > max {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!("--nodes {count}: expected 1 to {max} nodes"),
+        ));
+    }
+    if count == 1 {
+        return Ok((1, None));
+    }
+    let Some(f) = &node.fabric else {
+        return Err(Failure::new(
+            exit::USAGE,
+            anyhow::anyhow!(
+                "--nodes {count}: node profile {} states no fabric between nodes, and a plan across nodes is priced by it; describe the nodes and their fabric with --cluster FILE (`optimizer schema cluster`)",
+                node.id
+            ),
+        ));
+    };
+    let source = |field: &str| {
+        let text = node
+            .sources
+            .get(&format!("fabric.{field}"))
+            .or_else(|| node.sources.get("fabric"))
+            .cloned()
+            .unwrap_or_default();
+        format!("node profile {}: {text}", node.id)
+    };
+    Ok((
+        count,
+        Some(Fabric {
+            kind: f.kind,
+            links_per_node: Some(Sourced {
+                value: f.links_per_node,
+                source: source("links_per_node"),
+            }),
+            bandwidth_gb_s: Some(Sourced {
+                value: f.link_gb_s,
+                source: source("link_gb_s"),
+            }),
+            latency_us: f.latency_us.map(|l| Sourced {
+                value: l,
+                source: source("latency_us"),
+            }),
+        }),
+    ))
 }
 
 /// A path as launch artifacts name it: absolute, so they work from wherever they are run (as given when it

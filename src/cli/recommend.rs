@@ -79,8 +79,12 @@ pub(super) struct Settings {
     format: OutputFormat,
 }
 
-/// A number a flag takes: finite, above 0, and at most `max` when given.
-fn positive(flag: &str, v: Option<f64>, max: Option<f64>) -> Result<Option<f64>, Failure> {
+/// A number a flag takes: finite, above 0, and at most `max` when given (`resolve`'s SLA flags too).
+pub(super) fn positive(
+    flag: &str,
+    v: Option<f64>,
+    max: Option<f64>,
+) -> Result<Option<f64>, Failure> {
     match v {
         Some(x) if !(x.is_finite() && x > 0.0 && max.is_none_or(|m| x <= m)) => Err(Failure::new(
             exit::USAGE,
@@ -158,8 +162,13 @@ fn age(days: i64) -> String {
     }
 }
 
+/// `8x h100-sxm`; across nodes `2x8x h100-sxm` (two nodes of eight).
 fn gpus(c: &Choice) -> String {
-    format!("{}x {}", c.gpus.count, c.gpus.profile)
+    if c.nodes > 1 {
+        format!("{}x{}x {}", c.nodes, c.gpus.count, c.gpus.profile)
+    } else {
+        format!("{}x {}", c.gpus.count, c.gpus.profile)
+    }
 }
 
 /// The name an enum value has in the yaml and json output (`valid-until`, `analytic`).
@@ -260,9 +269,14 @@ fn table(r: &Recommendation, limit: usize) -> String {
     );
     let _ = writeln!(
         t,
-        "Prices:   {}: {} priced offers, {} distinct machines planned with resolve's planner{}; price ages counted to {}",
+        "Prices:   {}: {} priced offers{}, {} distinct machines planned with resolve's planner{}; price ages counted to {}",
         r.acquire,
         r.priced_offers,
+        if r.multinode_offers > 0 {
+            format!(" (and {} of several nodes)", r.multinode_offers)
+        } else {
+            String::new()
+        },
         r.machines_planned,
         if r.plans_run > r.machines_planned {
             format!(" ({} plans, sized to the rate)", r.plans_run)
@@ -364,6 +378,9 @@ fn table(r: &Recommendation, limit: usize) -> String {
         }
         let _ = writeln!(t, "    cost: {}", c.cost_basis);
         let _ = writeln!(t, "    host: {}", c.host);
+        if let Some(f) = &c.fabric {
+            let _ = writeln!(t, "    fabric: {f}");
+        }
     }
     if let Some(c) = find(&r.fewest_gpus) {
         let _ = writeln!(t, "Fewest GPUs: {}", line(r, c));

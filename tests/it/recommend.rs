@@ -168,6 +168,156 @@ fn top_options_are_the_plans_resolve_writes() {
     }
 }
 
+/// The same under SLA targets given by flag (`--sla-ttft-ms`, `--sla-tpot-ms`): each top option prints them in
+/// its `resolve` flags, and `resolve` with those flags writes the identical document (the targets, their
+/// provenance, the status). Without them `resolve` holds the plan to the preset's targets: a different document.
+#[test]
+fn top_options_under_an_sla_are_the_plans_resolve_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("none.db");
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    let m70 = vllm_models::materialize("Llama-3.1-70B-Instruct");
+    for (model, rate, ttft, tpot) in [
+        (gguf.as_path(), None, Some(500.0), Some(15.0)),
+        (m70.path(), Some(10.0), None, Some(40.0)),
+    ] {
+        let mut req = request(model, "chat");
+        req.rate_req_per_s = rate;
+        req.sla_ttft_ms = ttft;
+        req.sla_tpot_ms = tpot;
+        let r = app::recommend(&sources(&db), &req).unwrap();
+        assert!(r.options.len() >= 3, "{:?}", r.rejected);
+        let mut top: Vec<&app::Choice> = r.options.iter().take(3).collect();
+        top.extend(
+            r.options
+                .iter()
+                .find(|c| Some(&c.id) == r.fewest_gpus.as_ref()),
+        );
+        for c in top {
+            let want = tpot.map(|t| format!("--sla-tpot-ms {t}")).unwrap();
+            assert!(c.resolve_flags.contains(&want), "{}", c.resolve_flags);
+            assert_eq!(
+                c.resolve_flags.contains("--sla-ttft-ms"),
+                ttft.is_some(),
+                "{}",
+                c.resolve_flags
+            );
+            let doc = resolve(&db, model, "chat", &c.resolve_flags);
+            assert_eq!(doc, *c.plan, "{} ({})", c.id, c.resolve_flags);
+            assert_eq!(doc.workload.time_per_output_token_ms, tpot);
+            assert_eq!(
+                doc.provenance["workload.time_per_output_token_ms"].source,
+                optimizer::emit::Source::User
+            );
+            let preset_flags = c.resolve_flags.split(" --sla-").next().unwrap().to_string();
+            let preset = resolve(&db, model, "chat", &preset_flags);
+            assert_ne!(preset.workload.time_per_output_token_ms, tpot, "{}", c.id);
+        }
+    }
+}
+
+/// `resolve`'s SLA flags take numbers above 0 (exit 2 otherwise), and `--nodes` takes a node profile that states
+/// its fabric (exit 2 for a bare GPU profile or a node whose profile states none).
+#[test]
+fn resolve_refuses_bad_sla_targets_and_nodes_without_a_fabric() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _) = common::synth(dir.path(), "m.gguf", LlamaShape::LLAMA3_8B);
+    for (bad, needle) in [
+        (&["--sla-tpot-ms", "0"][..], "--sla-tpot-ms 0"),
+        (&["--sla-ttft-ms", "inf"], "--sla-ttft-ms inf"),
+        (
+            &["--hardware", "h100-sxm", "--nodes", "2"],
+            "names no node profile",
+        ),
+        (
+            &["--hardware", "dgx-h100", "--nodes", "2"],
+            "states no fabric",
+        ),
+        (&["--hardware", "p5-48xlarge", "--nodes", "0"], "--nodes 0"),
+    ] {
+        let out = common::bin_on(INVENTORY)
+            .args(["resolve", "-w", "chat", "-m"])
+            .arg(&gguf)
+            .args(bad)
+            .output()
+            .unwrap();
+        common::assert_exit(&out, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{bad:?}: {err}");
+    }
+}
+
+/// Llama-3.1-405B in BF16 (756 GiB) fits no single priced machine, so recommend offers several nodes of the
+/// priced instances whose node profile states the fabric (p5.48xlarge, p4d.24xlarge: EFA), each priced as that
+/// many instances, and names the multi-GPU instances it skipped for want of fabric figures. Every multi-node
+/// option re-resolves with its printed flags (`--hardware NODE --nodes N`) to the identical document, planned
+/// across the nodes (pipeline parallel over them).
+#[test]
+fn a_405b_bf16_chat_gets_multinode_options_that_re_resolve() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("none.db");
+    let (_keep, model) = vllm_models::materialize_bf16(
+        "Meta-Llama-3.1-405B-Instruct-FP8",
+        "Llama-3.1-405B-Instruct",
+    );
+    let r = app::recommend(&sources(&db), &request(&model, "chat")).unwrap();
+    assert!(r.multinode_offers > 0, "{:?}", r.notes);
+    assert!(!r.options.is_empty(), "{:?}", r.rejected);
+    // One 8x H100 p5.48xlarge does not hold it (an 8x H200 p5en does): two of them do.
+    let rejected = |id: &str| {
+        r.rejected
+            .iter()
+            .any(|x| x.price_id == id && x.reason == "no-fit")
+    };
+    assert!(rejected("aws-p5-48xlarge-us-east-1-capacity-block"));
+    assert!(
+        r.options
+            .iter()
+            .any(|c| c.id == "aws-p5-48xlarge-us-east-1-capacity-block-2-nodes"),
+        "{:?}",
+        r.rejected
+    );
+    let set = common::profiles();
+    let table = prices::load(&set, &[], prices::parse_date(AS_OF).unwrap()).unwrap();
+    for c in r.options.iter().filter(|c| c.nodes > 1) {
+        let price = c.price.as_ref().unwrap();
+        let (row, _) = table.cloud.iter().find(|(x, _)| x.id == price.id).unwrap();
+        assert!(
+            (c.usd_per_hour - f64::from(c.nodes) * row.usd_per_hour).abs() < 1e-9,
+            "{}",
+            c.id
+        );
+        assert_eq!(
+            c.gpus_total,
+            u64::from(c.nodes) * u64::from(row.gpus.count),
+            "{}",
+            c.id
+        );
+        assert!(
+            c.resolve_flags.contains(&format!("--nodes {}", c.nodes)),
+            "{}",
+            c.resolve_flags
+        );
+        assert!(
+            c.fabric.as_deref().unwrap().contains("node profile"),
+            "{}",
+            c.id
+        );
+        assert_eq!(c.plan.topology.nodes, c.nodes, "{}", c.id);
+        let doc = resolve(&db, &model, "chat", &c.resolve_flags);
+        assert_eq!(doc, *c.plan, "{} ({})", c.id, c.resolve_flags);
+    }
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.starts_with("multi-node: "))
+        .unwrap();
+    assert!(
+        note.contains("gcp-a3-highgpu-8g-us-central1-od (its price row names no node profile)"),
+        "{note}"
+    );
+}
+
 /// The four "Done means" tables of docs/recommend.md (not a check):
 /// `cargo test --test it recommend::done_means_tables -- --ignored --nocapture`.
 #[test]
@@ -201,6 +351,53 @@ fn done_means_tables() {
             c.args(["--rate", &r.to_string()]);
         }
         let out = c.output().unwrap();
+        println!(
+            "### {name}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The tables of docs/recommend.md's multi-node and SLA examples (not a check):
+/// `cargo test --test it recommend::multinode_and_sla_tables -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn multinode_and_sla_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_keep, m405) = vllm_models::materialize_bf16(
+        "Meta-Llama-3.1-405B-Instruct-FP8",
+        "Llama-3.1-405B-Instruct",
+    );
+    let m70 = vllm_models::materialize("Llama-3.1-70B-Instruct");
+    let kimi = vllm_models::materialize("Kimi-K2-Instruct");
+    std::os::unix::fs::symlink(kimi.path(), dir.path().join("Kimi-K2-Instruct")).unwrap();
+    std::os::unix::fs::symlink(&m405, dir.path().join("Llama-3.1-405B-Instruct")).unwrap();
+    std::os::unix::fs::symlink(m70.path(), dir.path().join("Llama-3.1-70B-Instruct")).unwrap();
+    for (name, args) in [
+        (
+            "Llama-3.1-405B-Instruct BF16, chat",
+            &["-m", "Llama-3.1-405B-Instruct"][..],
+        ),
+        ("Kimi-K2-Instruct FP8, chat", &["-m", "Kimi-K2-Instruct"]),
+        (
+            "Llama-3.1-70B-Instruct BF16, chat at 10 req/s, --sla-tpot-ms 40",
+            &[
+                "-m",
+                "Llama-3.1-70B-Instruct",
+                "--rate",
+                "10",
+                "--sla-tpot-ms",
+                "40",
+            ],
+        ),
+    ] {
+        let out = common::bin_on(INVENTORY)
+            .current_dir(dir.path())
+            .args(["recommend", "--as-of", AS_OF, "--limit", "8", "-w", "chat"])
+            .args(args)
+            .output()
+            .unwrap();
         println!(
             "### {name}\n{}{}",
             String::from_utf8_lossy(&out.stdout),

@@ -12,6 +12,10 @@ pub(super) struct Offer {
     pub(super) offer: String,
     pub(super) gpus: PriceGpus,
     pub(super) node_profile: Option<String>,
+    /// Nodes of the instance the offer rents or buys together (1: one machine).
+    pub(super) nodes: u32,
+    /// Across nodes: the fabric in words, with where it comes from.
+    pub(super) fabric: Option<String>,
     pub(super) host: HostOverride,
     pub(super) host_basis: String,
     pub(super) usd_per_hour: f64,
@@ -77,6 +81,8 @@ pub(super) fn offers(
                     ),
                     gpus: r.gpus.clone(),
                     node_profile: r.node_profile.clone(),
+                    nodes: 1,
+                    fabric: None,
                     host,
                     host_basis,
                     usd_per_hour: r.usd_per_hour,
@@ -149,6 +155,8 @@ pub(super) fn offers(
                     offer: r.item.clone(),
                     gpus: r.gpus.clone(),
                     node_profile: r.node_profile.clone(),
+                    nodes: 1,
+                    fabric: None,
                     host,
                     host_basis,
                     usd_per_hour: hourly,
@@ -164,6 +172,98 @@ pub(super) fn offers(
         ));
     }
     Ok(out)
+}
+
+/// Most nodes of one instance [`multinode`] offers: 2 to 4 covers a 405B BF16 checkpoint (756 GiB) on 8x 40 GB
+/// nodes and a 1T-parameter FP8 one on 8x 80 GB nodes; more nodes of the same instance only add cost to a model
+/// that four already hold, and each count is a plan of its own.
+pub(super) const MAX_NODES: u32 = 4;
+
+/// Offers of 2..=[`MAX_NODES`] nodes of each priced multi-GPU instance of `offers` (the single-machine offers
+/// whose one instance does not hold the model) whose node profile states the fabric between nodes, each priced as that many instances and planned with
+/// `resolve --hardware NODE --nodes N`. An instance whose price row names no node profile, or whose profile
+/// states no fabric, is skipped: a plan across nodes is priced by the fabric, and no figure is assumed for it.
+/// The skipped instances are named in `notes`.
+pub(super) fn multinode(
+    offers: &[&Offer],
+    set: &crate::profile::ProfileSet,
+    notes: &mut Vec<String>,
+) -> Vec<Offer> {
+    let mut out = Vec::new();
+    let (mut used, mut skipped) = (Vec::<String>::new(), Vec::<String>::new());
+    let candidates: Vec<&&Offer> = offers
+        .iter()
+        .filter(|o| !o.owned && o.gpus.count > 1)
+        .collect();
+    let used_offers = candidates.len();
+    for o in candidates {
+        let node = o.node_profile.as_deref().and_then(|n| set.node(n));
+        let Some((node, f)) = node.and_then(|n| n.value.fabric.as_ref().map(|f| (&n.value, f)))
+        else {
+            let why = match &o.node_profile {
+                None => format!("{} (its price row names no node profile)", o.id),
+                Some(n) => format!("{} (node profile {n} states no fabric)", o.id),
+            };
+            skipped.push(why);
+            continue;
+        };
+        let fabric = format!(
+            "{} x {} GB/s {} links per node (node profile {}: {}); {}",
+            f.links_per_node,
+            f.link_gb_s,
+            serde_json::to_value(f.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            node.id,
+            node.sources.get("fabric").map_or("sourced per figure", String::as_str),
+            match f.latency_us {
+                Some(l) => format!("latency {l} us"),
+                None => "no latency stated: the planner prices pipeline hand-offs by bandwidth alone and does not weigh tensor parallel across nodes".into(),
+            }
+        );
+        if !used.contains(&node.id) {
+            used.push(node.id.clone());
+        }
+        for n in 2..=MAX_NODES {
+            out.push(Offer {
+                id: format!("{}-{n}-nodes", o.id),
+                owned: false,
+                price: o.price.clone(),
+                offer: format!("{n} nodes of {}", o.offer),
+                gpus: o.gpus.clone(),
+                node_profile: o.node_profile.clone(),
+                nodes: n,
+                fabric: Some(fabric.clone()),
+                host: o.host,
+                host_basis: o.host_basis.clone(),
+                usd_per_hour: f64::from(n) * o.usd_per_hour,
+                cost_basis: format!("{n} nodes x {:.4} USD/h, {}", o.usd_per_hour, o.cost_basis),
+            });
+        }
+    }
+    if used_offers == 0 {
+        return out;
+    }
+    let skipped = if skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; skipped, with no fabric figures to plan across nodes with: {}",
+            skipped.join(", ")
+        )
+    };
+    notes.push(if used.is_empty() {
+        format!(
+            "multi-node: {used_offers} multi-GPU offer(s) do not hold the model on one node, and none has a node profile stating its fabric, so none is offered as several nodes{skipped}"
+        )
+    } else {
+        format!(
+            "multi-node: {used_offers} multi-GPU offer(s) do not hold the model on one node; 2 to {MAX_NODES} nodes are offered of those of node profile(s) {}, over the fabric each profile states{skipped}",
+            used.join(", ")
+        )
+    });
+    out
 }
 
 /// The owned machine as an offer: planned as plain `resolve` plans it (no `--hardware`), at no rent or purchase;
@@ -221,6 +321,8 @@ pub(super) fn owned(sources: &Sources, acquire: Acquire) -> Result<Offer, Failur
             count: names.len() as u32,
         },
         node_profile: None,
+        nodes: 1,
+        fabric: None,
         host: HostOverride::default(),
         host_basis: format!("owned, from the {from}"),
         usd_per_hour,

@@ -703,6 +703,25 @@ pub struct NodeProfile {
     pub gpus: NodeGpus,
     pub host: NodeHost,
     pub interconnect: NodeInterconnect,
+    /// The network between nodes of this kind (`resolve --hardware ID --nodes N` plans N of them over it);
+    /// absent where no source states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<NodeFabric>,
     /// Where each number comes from, by field path or parent path (a vendor page per figure).
     pub sources: BTreeMap<String, String>,
+}
+
+/// The links a node of this kind has to other nodes: what a cluster file's `fabric` states
+/// (`crate::hardware::Fabric`), with its sources in the node's `sources`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFabric {
+    pub kind: crate::hardware::FabricKind,
+    /// Links (network cards, ports) per node that carry inter-node traffic.
+    pub links_per_node: u32,
+    /// Bandwidth of one link, one direction, in GB/s (10^9 bytes per second).
+    pub link_gb_s: f64,
+    /// One-way latency between two nodes, in microseconds; absent where no source states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
 }

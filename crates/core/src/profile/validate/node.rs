@@ -72,6 +72,33 @@ pub(super) fn check_node(n: &NodeProfile, v: &Value, d: &mut impl FnMut(String, 
     if let Some(p) = problem {
         d("/interconnect".into(), p.into());
     }
+    // The limits a cluster file's fabric is held to (`hardware/cluster.rs`): the same figures, the same checks.
+    if let Some(f) = &n.fabric {
+        use crate::hardware::cluster::{
+            MAX_FABRIC_BANDWIDTH_GB_S, MAX_FABRIC_LATENCY_US, MAX_LINKS_PER_NODE,
+        };
+        if f.links_per_node > MAX_LINKS_PER_NODE {
+            d(
+                "/fabric/links_per_node".into(),
+                format!("{} links is above {MAX_LINKS_PER_NODE}", f.links_per_node),
+            );
+        }
+        if f.link_gb_s > MAX_FABRIC_BANDWIDTH_GB_S {
+            d(
+                "/fabric/link_gb_s".into(),
+                format!(
+                    "{} GB/s is above {MAX_FABRIC_BANDWIDTH_GB_S}: bits for bytes?",
+                    f.link_gb_s
+                ),
+            );
+        }
+        if f.latency_us.is_some_and(|l| l > MAX_FABRIC_LATENCY_US) {
+            d(
+                "/fabric/latency_us".into(),
+                format!("above {MAX_FABRIC_LATENCY_US} us: ms or ns for us?"),
+            );
+        }
+    }
 }
 
 /// Each node's GPU profile exists in the set in force (for a partial set without hardware profiles, in the
