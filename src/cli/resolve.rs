@@ -10,8 +10,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use super::recommend::positive;
 use super::{Common, Failure, OutputFormat, exit, render, write_stdout};
-use crate::app::{Hardware, ResolveRequest};
+use crate::app::{Hardware, ResolveRequest, SlaTargets};
 use crate::emit::{Deployment, Status, Strategy};
 use crate::evidence::Basis;
 use crate::plan::Overrides;
@@ -22,6 +23,13 @@ pub(super) enum RawObjective {
     Latency,
     Throughput,
     Balanced,
+}
+
+/// vLLM's `--distributed-executor-backend` for a replica spanning nodes: `mp` (vLLM's own launcher) or `ray`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum RawExecutor {
+    Mp,
+    Ray,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -59,6 +67,11 @@ pub(super) struct RawResolve {
     /// one replica per node.
     #[arg(long, conflicts_with = "hardware")]
     cluster: Option<PathBuf>,
+    /// Plan N identical nodes of the node profile --hardware names (`--hardware p5-48xlarge --nodes 2`), joined
+    /// by the fabric that profile states, as --cluster plans a cluster file of them; a node profile that states
+    /// no fabric is refused (describe the nodes with --cluster).
+    #[arg(long, value_name = "N", requires = "hardware")]
+    nodes: Option<u32>,
     /// Pin the context per sequence: the tokens each conversation (server slot) can hold. The emitted
     /// llama-server `-c` is this times the sequences. Everything else is re-optimised around it.
     #[arg(short = 'c', long = "ctx-size")]
@@ -91,6 +104,11 @@ pub(super) struct RawResolve {
     /// usage error (exit 2).
     #[arg(long = "kv-type", value_name = "TYPE")]
     kv_type: Option<String>,
+    /// vLLM across nodes (--cluster): run the replica on a Ray cluster you start (`ray start`; the plan writes
+    /// the commands and a LeaderWorkerSet that does it) instead of vLLM's own multi-node launcher (mp, the
+    /// default). One node is unaffected.
+    #[arg(long = "distributed-executor-backend", value_name = "BACKEND")]
+    distributed_executor_backend: Option<RawExecutor>,
     /// The engine to plan for: llama.cpp (GGUF) or vllm (safetensors) to serve, torch to train. By default
     /// training and fine-tuning workloads go to torch and serving workloads follow the model's format.
     #[arg(long, value_enum)]
@@ -105,6 +123,13 @@ pub(super) struct RawResolve {
     /// Override the workload's objective.
     #[arg(long, value_enum)]
     objective: Option<RawObjective>,
+    /// Time-to-first-token target in ms, in place of the workload preset's (a number above 0): the plan is
+    /// chosen and checked against it (status sla-missed, exit 5, when no candidate meets it).
+    #[arg(long = "sla-ttft-ms", value_name = "MS")]
+    sla_ttft_ms: Option<f64>,
+    /// Time-per-output-token target in ms, in place of the workload preset's (a number above 0).
+    #[arg(long = "sla-tpot-ms", value_name = "MS")]
+    sla_tpot_ms: Option<f64>,
     /// Explain the decision in words on stderr.
     #[arg(long)]
     explain: bool,
@@ -155,6 +180,11 @@ pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 gpus: hardware,
                 cluster: raw.cluster,
                 host: super::parse_host(raw.host_memory.as_deref(), raw.host_cores)?,
+                nodes: raw.nodes,
+            },
+            sla: SlaTargets {
+                time_to_first_token_ms: positive("--sla-ttft-ms", raw.sla_ttft_ms, None)?,
+                time_per_output_token_ms: positive("--sla-tpot-ms", raw.sla_tpot_ms, None)?,
             },
             overrides: Overrides {
                 context_length: raw.ctx_size,
@@ -177,6 +207,7 @@ pub(super) fn settle(raw: RawResolve) -> Result<Settings, Failure> {
                 draft: None,
                 kv_type: raw.kv_type,
                 fabric: None,
+                ray: raw.distributed_executor_backend == Some(RawExecutor::Ray),
                 mmproj: raw.mmproj.map(|p| crate::runtime::Projector {
                     path: p.display().to_string(),
                     spec: None,

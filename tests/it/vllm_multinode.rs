@@ -37,11 +37,21 @@ fn serve_flags() -> BTreeSet<String> {
 
 /// `optimizer resolve --format json --cluster tests/fixtures/clusters/<cluster> -m MODEL -w WORKLOAD`.
 fn resolve_cluster(cluster: &str, model: &Path, workload: &str) -> (Deployment, i32) {
+    resolve_cluster_with(cluster, model, workload, &[])
+}
+
+fn resolve_cluster_with(
+    cluster: &str,
+    model: &Path,
+    workload: &str,
+    extra: &[&str],
+) -> (Deployment, i32) {
     let out = common::bin()
         .args(["resolve", "--format", "json", "-w", workload, "--cluster"])
         .arg(fixture("clusters").join(cluster))
         .arg("-m")
         .arg(model)
+        .args(extra)
         .output()
         .unwrap();
     let doc: Deployment = serde_json::from_slice(&out.stdout)
@@ -96,10 +106,6 @@ fn check_lws(d: &Deployment, case: &str, nodes: u32, gpus: u32) {
         .artifact("leaderworkerset")
         .expect("a leaderworkerset artifact");
     let text = &a.files["vllm-lws.yaml"];
-    if let Some(dir) = std::env::var_os("OPTIMIZER_DUMP_MANIFESTS").map(PathBuf::from) {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("{case}.yaml")), text).unwrap();
-    }
     let docs: Vec<Value> = text
         .split("\n---\n")
         .map(|t| optimizer::yaml::from_str::<Value>(t).unwrap())
@@ -137,6 +143,16 @@ fn check_lws(d: &Deployment, case: &str, nodes: u32, gpus: u32) {
         assert!(shm, "{role}: no memory-backed /dev/shm");
     }
     assert_eq!(docs[1]["kind"], "Service");
+    assert_validated(case, text);
+}
+
+/// The manifest `text` is one benches/kubernetes/validate.py recorded as valid against the pinned LWS CRD and
+/// the Kubernetes schema (written to OPTIMIZER_DUMP_MANIFESTS for it when that is set).
+fn assert_validated(case: &str, text: &str) {
+    if let Some(dir) = std::env::var_os("OPTIMIZER_DUMP_MANIFESTS").map(PathBuf::from) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{case}.yaml")), text).unwrap();
+    }
     let recorded: Value = serde_json::from_str(
         &std::fs::read_to_string(fixture("kubernetes/validated.json")).unwrap(),
     )
@@ -202,6 +218,140 @@ fn llama_405b_bf16_on_two_h100_nodes_is_tensor_8_by_pipeline_2() {
             .any(|w| w == ["--pipeline-parallel-size", "2"])
     );
     check_lws(&d, "vllm-lws_llama-405b-bf16_h100-8x2_chat", 2, 8);
+}
+
+/// `resolve --cluster ... --distributed-executor-backend ray`: vLLM 0.33 refuses `--nnodes` with Ray
+/// (vllm/config/parallel.py), so the plan writes `ray start --head` for node 0, `ray start --address=HEAD:6379
+/// --block` for the others and one `vllm serve ... --distributed-executor-backend ray` on node 0 with no node
+/// options; the LeaderWorkerSet's leader starts the head then serves, its workers retry joining until the head
+/// answers. Same plan otherwise (TP 8 x PP 2).
+#[test]
+fn ray_runs_the_405b_group_when_asked() {
+    let (_keep, dir) = vllm_models::materialize_bf16(
+        "Meta-Llama-3.1-405B-Instruct-FP8",
+        "Llama-3.1-405B-Instruct",
+    );
+    let (d, code) = resolve_cluster_with(
+        "h100-8x2.yaml",
+        &dir,
+        "chat",
+        &["--distributed-executor-backend", "ray"],
+    );
+    assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);
+    let s = vllm(&d);
+    assert_eq!(
+        (s.tensor_parallel_size, s.pipeline_parallel_size, s.nnodes),
+        (8, Some(2), Some(2))
+    );
+    let serve = &d.artifact("vllm").unwrap().argv;
+    check_serve_options(serve, &[("--distributed-executor-backend", "ray")]);
+    for absent in ["--nnodes", "--node-rank", "--master-addr", "--headless"] {
+        assert!(!serve.iter().any(|x| x == absent), "{absent} with Ray");
+    }
+    assert!(d.artifact("vllm-node-1").is_none());
+    assert_eq!(
+        d.artifact("ray-head").unwrap().argv,
+        ["ray", "start", "--head", "--port", "6379"]
+    );
+    assert_eq!(
+        d.artifact("ray-worker-node-1").unwrap().argv,
+        [
+            "ray",
+            "start",
+            "--address",
+            "LEADER_ADDRESS:6379",
+            "--block"
+        ]
+    );
+    let text = &d.artifact("leaderworkerset").unwrap().files["vllm-lws.yaml"];
+    let lws: Value = optimizer::yaml::from_str(text.split("\n---\n").next().unwrap()).unwrap();
+    let cmd = |role: &str| -> Vec<String> {
+        lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let leader = cmd("leaderTemplate");
+    assert_eq!(&leader[..2], ["sh", "-c"]);
+    assert!(
+        leader[2].starts_with("ray start --head --port 6379 && exec vllm serve /models/"),
+        "{}",
+        leader[2]
+    );
+    assert!(leader[2].contains(" --distributed-executor-backend ray "));
+    assert_eq!(
+        cmd("workerTemplate"),
+        [
+            "sh",
+            "-c",
+            "until ray start --address '$(LWS_LEADER_ADDRESS):6379' --block; do sleep 5; done"
+        ]
+    );
+    assert_validated("vllm-lws-ray_llama-405b-bf16_h100-8x2_chat", text);
+}
+
+/// With Ray an expert-parallel group uses `--data-parallel-backend ray` (vLLM places the data-parallel
+/// engines; `--nnodes` requires the mp backend, vllm/engine/arg_utils.py) and keeps `--data-parallel-size-local`
+/// (the engines on the head, `VLLM_RAY_DP_PACK_STRATEGY` strict), without `--data-parallel-address`.
+#[test]
+fn ray_runs_deepseek_v3_expert_parallel_with_the_data_parallel_backend() {
+    let written = vllm_models::materialize("DeepSeek-V3");
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("DeepSeek-V3");
+    std::fs::rename(written.path(), &dir).unwrap();
+    let (d, code) = resolve_cluster_with(
+        "h100-8x2.yaml",
+        &dir,
+        "batch-inference",
+        &["--distributed-executor-backend", "ray"],
+    );
+    assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);
+    let s = vllm(&d);
+    let dp = s.data_parallel_size.unwrap();
+    let serve = &d.artifact("vllm").unwrap().argv;
+    check_serve_options(
+        serve,
+        &[
+            ("--data-parallel-backend", "ray"),
+            ("--data-parallel-size-local", &(dp / 2).to_string()),
+        ],
+    );
+    for absent in [
+        "--nnodes",
+        "--data-parallel-address",
+        "--distributed-executor-backend",
+    ] {
+        assert!(!serve.iter().any(|x| x == absent), "{absent} with Ray");
+    }
+    let text = &d.artifact("leaderworkerset").unwrap().files["vllm-lws.yaml"];
+    assert_validated("vllm-lws-ray_deepseek-v3_h100-8x2_batch-inference", text);
+}
+
+/// Every option of `argv` is one vLLM 0.33.0's serve parser takes, with a value among its choices, and each of
+/// `want` is there with its value.
+fn check_serve_options(argv: &[String], want: &[(&str, &str)]) {
+    let flags = serve_flags();
+    let choices: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("vllm/serve-choices-0.33.0.json")).unwrap(),
+    )
+    .unwrap();
+    for (i, o) in argv.iter().enumerate().filter(|(_, x)| x.starts_with("--")) {
+        assert!(flags.contains(o), "{o} is not a vLLM 0.33.0 serve option");
+        if let (Some(allowed), Some(v)) = (choices[o].as_array(), argv.get(i + 1)) {
+            assert!(
+                allowed.iter().any(|c| c == v.as_str()),
+                "{o} {v}: not among {allowed:?}"
+            );
+        }
+    }
+    for (k, v) in want {
+        assert!(
+            argv.windows(2).any(|w| w[0] == *k && w[1] == *v),
+            "no {k} {v} in {argv:?}"
+        );
+    }
 }
 
 #[test]

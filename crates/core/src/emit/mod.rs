@@ -251,6 +251,22 @@ pub struct VllmSettings {
     /// GPUs; absent when not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_expert_parallel: Option<bool>,
+    /// `--distributed-executor-backend ray` (a tensor/pipeline-parallel replica over a Ray cluster) or
+    /// `--data-parallel-backend ray` (an expert-parallel one): `ray` where the plan spans nodes on Ray; absent
+    /// with vLLM's own multi-node launcher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_backend: Option<RayBackend>,
+}
+
+/// Which vLLM option hands a multi-node replica to Ray (vllm/config/parallel.py: `nnodes > 1` only with the
+/// `mp` executor; vllm/engine/arg_utils.py: `--nnodes` requires `--data-parallel-backend mp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RayBackend {
+    /// `--distributed-executor-backend ray`: the workers of one engine placed by Ray.
+    DistributedExecutor,
+    /// `--data-parallel-backend ray`: the data-parallel engines placed by Ray (their workers follow).
+    DataParallel,
 }
 
 /// PyTorch training settings (Hugging Face `Trainer`, PEFT, bitsandbytes, DeepSpeed) and what they mean. Byte

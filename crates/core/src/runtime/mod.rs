@@ -55,6 +55,9 @@ pub struct Overrides {
     /// The fabric between a cluster's nodes (`--cluster FILE`'s `fabric`), for plans that span nodes; `None`:
     /// one node, or a cluster file that describes none.
     pub fabric: Option<crate::hardware::Fabric>,
+    /// `--distributed-executor-backend ray`: a vLLM replica that spans nodes runs on a Ray cluster the user
+    /// starts (`ray start`) instead of vLLM's own multi-node launcher (`--nnodes`); one node is unaffected.
+    pub ray: bool,
 }
 
 /// A multimodal projector GGUF (`general.architecture` `clip`): its path as given and, once loaded, its

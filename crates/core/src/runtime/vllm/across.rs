@@ -36,6 +36,20 @@ impl Vllm<'_> {
             format!("{:.1} GB/s per rank", l.bytes_per_s / 1e9)
         });
         let step_ms = c.eval.prediction.time_per_output_token_ms;
+        if self.req.overrides.ray {
+            put(
+                "settings.ray_backend",
+                format!(
+                    "asked for (--distributed-executor-backend ray): the replica's {} nodes form a Ray cluster (ray start --head on node 0, ray start --address on the others) and one vllm serve on node 0 {} (vLLM 0.33 refuses --nnodes with Ray: vllm/config/parallel.py, vllm/engine/arg_utils.py), waiting up to 30 minutes for the workers' placement group (vllm/v1/executor/ray_utils.py PG_WAIT_TIMEOUT)",
+                    p.nnodes,
+                    if p.ep {
+                        "places the data-parallel engines through --data-parallel-backend ray, --data-parallel-size-local of them on node 0 and as many on each other node (VLLM_RAY_DP_PACK_STRATEGY strict, vllm/v1/engine/utils.py)"
+                    } else {
+                        "places every worker through --distributed-executor-backend ray"
+                    }
+                ),
+            );
+        }
         if p.ep {
             let h = &self.req.model.hparams;
             let experts = h.expert_count.unwrap_or(0);

@@ -54,6 +54,11 @@ impl Vllm<'_> {
                 data_parallel_size: p.ep.then_some(p.dp),
                 data_parallel_size_local: p.ep.then(|| p.dp / p.nnodes.max(1)),
                 enable_expert_parallel: p.ep.then_some(true),
+                ray_backend: (self.req.overrides.ray && p.nnodes > 1).then_some(if p.ep {
+                    crate::emit::RayBackend::DataParallel
+                } else {
+                    crate::emit::RayBackend::DistributedExecutor
+                }),
             },
             m,
         )

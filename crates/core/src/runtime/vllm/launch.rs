@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::emit::{Artifact, Resources, VllmSettings, shell_command};
+use crate::emit::{Artifact, RayBackend, Resources, VllmSettings, shell_command, shell_quote};
 use crate::fleet::{DeviceId, DeviceKind};
 use crate::runtime::kubernetes::{self, Server};
 use optimizer_model::ModelSpec;
@@ -94,6 +94,17 @@ pub fn vllm_serve(
     }
     if s.enable_expert_parallel == Some(true) {
         a.push("--enable-expert-parallel".into());
+    }
+    let mut flag = |k: &str, v: String| {
+        a.push(k.into());
+        a.push(v);
+    };
+    match s.ray_backend {
+        Some(RayBackend::DistributedExecutor) => {
+            flag("--distributed-executor-backend", "ray".into())
+        }
+        Some(RayBackend::DataParallel) => flag("--data-parallel-backend", "ray".into()),
+        None => {}
     }
     let mut flag = |k: &str, v: String| {
         a.push(k.into());
@@ -229,38 +240,44 @@ pub fn artifacts(
     let allow_long = derived_max_model_len(model).is_some_and(|d| u64::from(s.max_model_len) > d);
     let serve = with_pooling(vllm_serve(model_dir, s, gpus, allow_long), pooling);
     if let Some(nnodes) = s.nnodes.filter(|&n| n > 1) {
-        return multinode_artifacts(
-            &serve,
+        let group = NodeGroup {
+            serve: &serve,
             nnodes,
-            s.data_parallel_size_local,
+            dp_local: s.data_parallel_size_local,
             gpus,
             gpu_names,
             cpus,
             image,
-        );
+        };
+        return if s.ray_backend.is_some() {
+            ray_artifacts(&group)
+        } else {
+            multinode_artifacts(&group)
+        };
     }
     let k8s = kubernetes(&serve, gpus, gpu_names, cpus, image);
     vec![serve, k8s]
 }
 
-/// A server spanning `nnodes` nodes: one `vllm serve` command per node rank (rank 0 serves the API, the others
-/// run `--headless`; [`multinode::node_args`]), each on the node's planned GPUs, and a LeaderWorkerSet that
-/// runs the group on Kubernetes ([`crate::emit::lws`]). `dp_local`: the data-parallel engines per node of an
-/// expert-parallel group ([`super::expert::dp_node_args`]).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "each is one independent input of the launch; a struct would only rename them"
-)]
-fn multinode_artifacts(
-    serve: &Artifact,
+/// One replica spanning `nnodes` nodes: its `vllm serve` artifact (flags common to every node), the
+/// data-parallel engines per node of an expert-parallel group ([`super::expert::dp_node_args`]) and each node's
+/// GPUs, CPUs and image.
+struct NodeGroup<'a> {
+    serve: &'a Artifact,
     nnodes: u32,
     dp_local: Option<u32>,
-    gpus: &[DeviceId],
-    gpu_names: &[&str],
+    gpus: &'a [DeviceId],
+    gpu_names: &'a [&'a str],
     cpus: u32,
-    image: Option<&str>,
-) -> Vec<Artifact> {
+    image: Option<&'a str>,
+}
+
+/// A server spanning `nnodes` nodes: one `vllm serve` command per node rank (rank 0 serves the API, the others
+/// run `--headless`; [`multinode::node_args`]), each on the node's planned GPUs, and a LeaderWorkerSet that
+/// runs the group on Kubernetes ([`crate::emit::lws`]).
+fn multinode_artifacts(g: &NodeGroup) -> Vec<Artifact> {
     use super::multinode::{self, LEADER_ADDRESS};
+    let (serve, nnodes, dp_local) = (g.serve, g.nnodes, g.dp_local);
     let mut out = Vec::new();
     for rank in 0..nnodes {
         let mut argv = serve.argv.clone();
@@ -297,10 +314,7 @@ fn multinode_artifacts(
         });
     }
     let in_pod = |headless: bool, rank: &str| {
-        let mut a = serve.argv.clone();
-        if let Some(m) = a.get_mut(2) {
-            *m = kubernetes::model_in_container(m);
-        }
+        let mut a = pod_argv(serve);
         a.extend(multinode::node_args(
             nnodes,
             rank,
@@ -312,7 +326,127 @@ fn multinode_artifacts(
         }
         a
     };
-    let image = image.map_or_else(default_image, str::to_string);
+    out.push(leaderworkerset(
+        g,
+        in_pod(false, "0"),
+        in_pod(true, "$(LWS_WORKER_INDEX)"),
+        "the leader serving the API and the workers headless",
+    ));
+    out
+}
+
+/// Ray's port on the head node (`ray start --head --port`, Ray's default GCS port), which the workers join.
+pub const RAY_PORT: u16 = 6379;
+
+/// The same replica on a Ray cluster (`--distributed-executor-backend ray`, or `--data-parallel-backend ray`
+/// for expert parallel): `ray start --head` on node 0, `ray start --address=HEAD:6379 --block` on every other
+/// node (each with its planned GPUs visible, which Ray counts), then one `vllm serve` on node 0, with no
+/// `--nnodes`, `--node-rank` or `--master-addr` (vLLM 0.33 refuses `--nnodes` with Ray, vllm/config/parallel.py
+/// and vllm/engine/arg_utils.py) and, for expert parallel, no `--data-parallel-address` (the head's, by
+/// default). vLLM waits up to 30 minutes for the placement group its workers need
+/// (vllm/v1/executor/ray_utils.py `PG_WAIT_TIMEOUT`), so workers may join after it starts.
+fn ray_artifacts(g: &NodeGroup) -> Vec<Artifact> {
+    use super::multinode::LEADER_ADDRESS;
+    let (serve, nnodes) = (g.serve, g.nnodes);
+    let local = |mut a: Vec<String>| {
+        if let Some(l) = g.dp_local {
+            a.extend(["--data-parallel-size-local".to_string(), l.to_string()]);
+        }
+        a
+    };
+    let head = vec![
+        "ray".to_string(),
+        "start".into(),
+        "--head".into(),
+        "--port".into(),
+        RAY_PORT.to_string(),
+    ];
+    let join = |address: &str| {
+        vec![
+            "ray".to_string(),
+            "start".into(),
+            "--address".into(),
+            format!("{address}:{RAY_PORT}"),
+            "--block".into(),
+        ]
+    };
+    let node = |name: String, description: String, argv: Vec<String>| Artifact {
+        name,
+        description,
+        command: Some(shell_command(&serve.env, &argv)),
+        argv,
+        env: serve.env.clone(),
+        files: BTreeMap::new(),
+        resources: None,
+    };
+    let mut out = vec![node(
+        "ray-head".into(),
+        format!(
+            "node 0, first: the Ray head (port {RAY_PORT}) with this node's planned GPUs; the other nodes join it"
+        ),
+        head.clone(),
+    )];
+    for rank in 1..nnodes {
+        out.push(node(
+            format!("ray-worker-node-{rank}"),
+            format!(
+                "node {rank} of {nnodes}: joins the Ray cluster with this node's planned GPUs and stays in the foreground; replace {LEADER_ADDRESS} with node 0's address"
+            ),
+            join(LEADER_ADDRESS),
+        ));
+    }
+    let argv = local(serve.argv.clone());
+    out.push(node(
+        "vllm".into(),
+        format!(
+            "node 0, once the head runs: the API server on {HOST}:{PORT}; Ray places the workers on every node's GPUs (vLLM waits up to 30 minutes for them)"
+        ),
+        argv,
+    ));
+    let sh = |line: String| vec!["sh".to_string(), "-c".into(), line];
+    let words = |a: &[String]| {
+        a.iter()
+            .map(|w| shell_quote(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let leader = sh(format!(
+        "{} && exec {}",
+        words(&head),
+        words(&local(pod_argv(serve)))
+    ));
+    // Kubernetes expands $(LWS_LEADER_ADDRESS) in the argument before the shell sees it.
+    let worker = sh(format!(
+        "until {}; do sleep 5; done",
+        words(&join("$(LWS_LEADER_ADDRESS)"))
+    ));
+    out.push(leaderworkerset(
+        g,
+        leader,
+        worker,
+        "the leader starting the Ray head and serving the API, the workers joining it until the group is recreated",
+    ));
+    out
+}
+
+/// The serve argv inside a pod: the model path as the container mounts it.
+fn pod_argv(serve: &Artifact) -> Vec<String> {
+    let mut a = serve.argv.clone();
+    if let Some(m) = a.get_mut(2) {
+        *m = kubernetes::model_in_container(m);
+    }
+    a
+}
+
+/// The group as a Kubernetes LeaderWorkerSet ([`crate::emit::lws`]) and a Service on the leader's port.
+fn leaderworkerset(
+    g: &NodeGroup,
+    leader_command: Vec<String>,
+    worker_command: Vec<String>,
+    roles: &str,
+) -> Artifact {
+    let (nnodes, gpus, cpus) = (g.nnodes, g.gpus, g.cpus);
+    let image = g.image.map_or_else(default_image, str::to_string);
     let gpu_resource = kubernetes::gpu_resource(DeviceKind::Cuda)
         .expect("CUDA GPUs have a Kubernetes resource name");
     let lws = crate::emit::lws::LeaderWorkerSet {
@@ -320,13 +454,13 @@ fn multinode_artifacts(
         image: &image,
         size: nnodes,
         replicas: 1,
-        leader_command: in_pod(false, "0"),
-        worker_command: in_pod(true, "$(LWS_WORKER_INDEX)"),
-        env: kubernetes::container_env(&serve.env),
+        leader_command,
+        worker_command,
+        env: kubernetes::container_env(&g.serve.env),
         gpu_resource,
         gpus_per_pod: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
         cpus,
-        gpu_product: kubernetes::common_gpu_product_label(gpu_names),
+        gpu_product: kubernetes::common_gpu_product_label(g.gpu_names),
         port: PORT,
         health_path: HEALTH_PATH,
         model_claim: kubernetes::MODEL_CLAIM,
@@ -340,10 +474,10 @@ fn multinode_artifacts(
         (gpu_resource.to_string(), gpus.len().to_string()),
     ]);
     let limits = BTreeMap::from([(gpu_resource.to_string(), gpus.len().to_string())]);
-    out.push(Artifact {
+    Artifact {
         name: "leaderworkerset".into(),
         description: format!(
-            "the {nnodes}-node vllm serve group as a Kubernetes LeaderWorkerSet ({}; install LWS first) and a Service on the leader's port {PORT}: {nnodes} pods, each on its own node with its GPUs and CPUs requested (resources are per pod), the leader serving the API and the workers headless, the group recreated whole when a pod restarts, /dev/shm memory-backed; the checkpoint is read from PersistentVolumeClaim {} mounted at {} on every node",
+            "the {nnodes}-node vllm serve group as a Kubernetes LeaderWorkerSet ({}; install LWS first) and a Service on the leader's port {PORT}: {nnodes} pods, each on its own node with its GPUs and CPUs requested (resources are per pod), {roles}, the group recreated whole when a pod restarts, /dev/shm memory-backed; the checkpoint is read from PersistentVolumeClaim {} mounted at {} on every node",
             crate::emit::lws::API_VERSION,
             kubernetes::MODEL_CLAIM,
             kubernetes::MODEL_MOUNT
@@ -353,8 +487,7 @@ fn multinode_artifacts(
         env: BTreeMap::new(),
         files: BTreeMap::from([("vllm-lws.yaml".to_string(), lws.manifest())]),
         resources: Some(Resources { requests, limits }),
-    });
-    out
+    }
 }
 
 /// What an embedding plan asks of `vllm serve`: the pooling runner (`--runner pooling`; without it vLLM 0.33

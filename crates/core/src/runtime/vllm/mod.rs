@@ -157,6 +157,11 @@ impl<'a> Vllm<'a> {
         let (max_num_batched_tokens, batched_why) = batched_tokens(gpus[0]);
         let mut warnings = warnings;
         let (pipelines, fabric) = pipelines(req, &gpus, &tp_sizes, n_layer, &mut warnings);
+        if ov.ray && fabric.is_none() {
+            warnings.push(
+                "--distributed-executor-backend ray: ignored, this plan is for one node (give --cluster FILE for a replica across nodes), where vLLM runs its workers itself".to_string(),
+            );
+        }
         let (layouts, routed) = match fabric {
             Some(link) => {
                 let per_node = gpus.len() as u32;
