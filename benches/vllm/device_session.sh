@@ -22,9 +22,10 @@ python3 -c "import torch; print(torch.__version__, torch.version.cuda)" >> $W/nv
 log "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
 
 # 1. CUDA graph memory as vLLM captures it (benches/vllm/cuda_graph_memory.py), Llama-3.1-8B and Qwen3-8B shapes
-timeout 200 python3 benches/vllm/cuda_graph_memory.py $W/graphs-llama31-8b.json > $W/graphs-llama31-8b.log 2>&1
+# (SKIP_GRAPHS=1: only part 2, the optimizer's own GPU paths)
+[ -n "${SKIP_GRAPHS:-}" ] || timeout 200 python3 benches/vllm/cuda_graph_memory.py $W/graphs-llama31-8b.json > $W/graphs-llama31-8b.log 2>&1
 log "graphs llama31-8b rc=$?"
-timeout 120 python3 benches/vllm/cuda_graph_memory.py $W/graphs-qwen3-8b.json --parts piecewise,full \
+[ -n "${SKIP_GRAPHS:-}" ] || timeout 120 python3 benches/vllm/cuda_graph_memory.py $W/graphs-qwen3-8b.json --parts piecewise,full \
   --layers 36 --intermediate 12288 > $W/graphs-qwen3-8b.log 2>&1
 log "graphs qwen3-8b rc=$?"
 
