@@ -96,10 +96,7 @@ fn cases() -> Vec<Case> {
     }
     for (m, w, hw, extra) in VLLM {
         // The checkpoint directory keeps its name (the manifest mounts it by name), in a temporary parent.
-        let written = vllm_models::materialize(m);
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join(m);
-        std::fs::rename(written.path(), &dir).unwrap();
+        let (_parent, dir) = vllm_models::materialize_named(m);
         let (doc, code) = common::resolve_doc("cpu-server.yaml", &dir, w, hw, extra);
         assert_eq!(code, 0, "{m} {w} {hw}: {:?}", doc.warnings);
         out.push(Case {

@@ -151,13 +151,7 @@ fn top_options_are_the_plans_resolve_writes() {
                 r.pareto
             );
         }
-        let mut top: Vec<&app::Choice> = r.options.iter().take(3).collect();
-        top.extend(
-            r.options
-                .iter()
-                .find(|c| Some(&c.id) == r.fewest_gpus.as_ref()),
-        );
-        for c in top {
+        for c in top_options(&r) {
             let doc = resolve(&db, model, workload, &c.resolve_flags);
             assert_eq!(doc, *c.plan, "{name}: {} ({})", c.id, c.resolve_flags);
             assert_eq!(
@@ -187,13 +181,7 @@ fn top_options_under_an_sla_are_the_plans_resolve_writes() {
         req.sla_tpot_ms = tpot;
         let r = app::recommend(&sources(&db), &req).unwrap();
         assert!(r.options.len() >= 3, "{:?}", r.rejected);
-        let mut top: Vec<&app::Choice> = r.options.iter().take(3).collect();
-        top.extend(
-            r.options
-                .iter()
-                .find(|c| Some(&c.id) == r.fewest_gpus.as_ref()),
-        );
-        for c in top {
+        for c in top_options(&r) {
             let want = tpot.map(|t| format!("--sla-tpot-ms {t}")).unwrap();
             assert!(c.resolve_flags.contains(&want), "{}", c.resolve_flags);
             assert_eq!(
@@ -873,4 +861,15 @@ fn the_builtin_price_tables_validate_against_the_published_schema() {
         v["prices"][0].as_object_mut().unwrap().remove("date");
         assert!(!validator.is_valid(&v), "{file}: a row without a date");
     }
+}
+
+/// The options the consistency tests re-resolve: the three cheapest and the fewest-GPU one.
+fn top_options(r: &app::Recommendation) -> Vec<&app::Choice> {
+    let mut top: Vec<&app::Choice> = r.options.iter().take(3).collect();
+    top.extend(
+        r.options
+            .iter()
+            .find(|c| Some(&c.id) == r.fewest_gpus.as_ref()),
+    );
+    top
 }

@@ -297,10 +297,7 @@ fn ray_runs_the_405b_group_when_asked() {
 /// (the engines on the head, `VLLM_RAY_DP_PACK_STRATEGY` strict), without `--data-parallel-address`.
 #[test]
 fn ray_runs_deepseek_v3_expert_parallel_with_the_data_parallel_backend() {
-    let written = vllm_models::materialize("DeepSeek-V3");
-    let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("DeepSeek-V3");
-    std::fs::rename(written.path(), &dir).unwrap();
+    let (_parent, dir) = vllm_models::materialize_named("DeepSeek-V3");
     let (d, code) = resolve_cluster_with(
         "h100-8x2.yaml",
         &dir,
@@ -356,10 +353,7 @@ fn check_serve_options(argv: &[String], want: &[(&str, &str)]) {
 
 #[test]
 fn llama_70b_on_two_nodes_of_four_l4_is_tensor_4_by_pipeline_2() {
-    let written = vllm_models::materialize("Llama-3.1-70B-Instruct");
-    let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join("Llama-3.1-70B-Instruct");
-    std::fs::rename(written.path(), &dir).unwrap();
+    let (_parent, dir) = vllm_models::materialize_named("Llama-3.1-70B-Instruct");
     let (d, code) = resolve_cluster("l4-4x2.yaml", &dir, "chat");
     eprintln!("{}", serde_json::to_string_pretty(&d).unwrap());
     assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);
@@ -390,10 +384,7 @@ fn a_deepseek_v3_layout_moe_on_two_h100_nodes_runs_expert_parallel() {
 /// split over the nodes, the routed experts spread whole over the 16 GPUs and the rest at tensor parallel `tp`
 /// ([`vllm_models::MlaMoe::rank_weights`]), every flag one vLLM 0.33.0 serve takes, and an LWS that validates.
 fn expert_parallel_on_two_h100_nodes(id: &str, layout: &vllm_models::MlaMoe, case: &str) {
-    let written = vllm_models::materialize(id);
-    let parent = tempfile::tempdir().unwrap();
-    let dir = parent.path().join(id);
-    std::fs::rename(written.path(), &dir).unwrap();
+    let (_parent, dir) = vllm_models::materialize_named(id);
     let (d, code) = resolve_cluster("h100-8x2.yaml", &dir, "batch-inference");
     eprintln!("{}", serde_json::to_string_pretty(&d).unwrap());
     assert!(code == 0 || code == 5, "exit {code}: {:?}", d.warnings);

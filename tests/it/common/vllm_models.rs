@@ -215,6 +215,16 @@ pub(crate) fn materialize(id: &str) -> tempfile::TempDir {
 /// (its `torch_dtype` is already `bfloat16`). Meta's Llama-3.1-405B(-Instruct) is that checkpoint of
 /// `Meta-Llama-3.1-405B-Instruct-FP8`: same config otherwise, 405,853,388,800 parameters at 2 bytes
 /// (811,706,777,600 bytes, 756 GiB).
+/// [`materialize`] in a directory named `id` (the model's name as a plan prints it), inside the returned
+/// temporary directory, which must be kept alive while the path is used.
+pub(crate) fn materialize_named(id: &str) -> (tempfile::TempDir, PathBuf) {
+    let written = materialize(id);
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join(id);
+    fs::rename(written.path(), &dir).unwrap();
+    (parent, dir)
+}
+
 pub(crate) fn materialize_bf16(id: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join(name);
