@@ -75,7 +75,7 @@ pub struct PeakMemory {
 impl PeakMemory {
     /// Bytes the engine used beyond the estimate (0 when the estimate held or none was recorded, and for an
     /// out-of-memory, which says only that more was needed: see [`OOM_STEP_SHARE`]).
-    pub fn excess(&self) -> u64 {
+    pub(crate) fn excess(&self) -> u64 {
         if self.oom {
             return 0;
         }
@@ -202,12 +202,12 @@ impl CpuCalibration {
     }
 
     /// FMA FLOP/s per thread at `threads` (interpolated per thread, the nearest per-thread figure outside).
-    pub fn fma_per_thread_at(&self, threads: f64) -> Option<f64> {
+    pub(crate) fn fma_per_thread_at(&self, threads: f64) -> Option<f64> {
         interpolate(&self.fma, threads, true)
     }
 
     /// GEMV weights/s per thread of a ggml type (`q4_0`, `q8_0`, `q4_k`) at `threads`.
-    pub fn dot_per_thread_at(&self, ty: &str, threads: f64) -> Option<f64> {
+    pub(crate) fn dot_per_thread_at(&self, ty: &str, threads: f64) -> Option<f64> {
         self.dot
             .iter()
             .find(|(n, _)| n == ty)
@@ -217,7 +217,7 @@ impl CpuCalibration {
 
 /// Linear interpolation of `points` (threads, value) at `x`, holding the nearest point outside the measured
 /// range; `per_thread` interpolates value / threads instead. `None` without points: nothing is invented.
-pub fn interpolate(points: &[(u32, f64)], x: f64, per_thread: bool) -> Option<f64> {
+pub(crate) fn interpolate(points: &[(u32, f64)], x: f64, per_thread: bool) -> Option<f64> {
     let mut p: Vec<(f64, f64)> = points
         .iter()
         .filter(|(t, v)| *t > 0 && v.is_finite() && *v > 0.0)

@@ -38,7 +38,7 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    pub fn of_vendor(v: GpuVendor) -> DeviceKind {
+    fn of_vendor(v: GpuVendor) -> DeviceKind {
         match v {
             GpuVendor::Nvidia => DeviceKind::Cuda,
             GpuVendor::Amd => DeviceKind::Rocm,
@@ -50,7 +50,7 @@ impl DeviceKind {
     /// The backend llama.cpp drives `g` with, and why: the inventory's `backend` where it says, else the
     /// vendor's ([`DeviceKind::of_vendor`]). An Intel GPU stays SYCL (listed, not planned: no Intel profile, so
     /// nothing measured says its speed) unless the inventory says `vulkan`.
-    pub fn for_gpu(g: &Gpu) -> (DeviceKind, &'static str) {
+    pub(crate) fn for_gpu(g: &Gpu) -> (DeviceKind, &'static str) {
         use crate::hardware::ComputeBackend as B;
         match g.backend {
             Some(b) => (
@@ -79,7 +79,7 @@ impl DeviceKind {
     }
 
     /// The prefix of the device's identity in the document (`cuda:0`).
-    pub fn prefix(self) -> &'static str {
+    pub(crate) fn prefix(self) -> &'static str {
         match self {
             DeviceKind::Cpu => "cpu",
             DeviceKind::Cuda => "cuda",
@@ -91,7 +91,8 @@ impl DeviceKind {
     }
 
     /// Parses a prefix back.
-    pub fn from_prefix(s: &str) -> Option<DeviceKind> {
+    #[cfg(test)]
+    fn from_prefix(s: &str) -> Option<DeviceKind> {
         [
             DeviceKind::Cpu,
             DeviceKind::Cuda,
@@ -122,7 +123,7 @@ impl DeviceId {
         ordinal: 0,
     };
 
-    pub fn gpu(kind: DeviceKind, ordinal: u32) -> DeviceId {
+    pub(crate) fn gpu(kind: DeviceKind, ordinal: u32) -> DeviceId {
         DeviceId {
             node: 0,
             kind,
@@ -131,7 +132,8 @@ impl DeviceId {
     }
 
     /// Parses `cpu`, `cuda:0`, `node3/rocm:1`.
-    pub fn parse(s: &str) -> Option<DeviceId> {
+    #[cfg(test)]
+    pub(crate) fn parse(s: &str) -> Option<DeviceId> {
         let (node, rest) = match s.split_once('/') {
             Some((n, rest)) => (n.strip_prefix("node")?.parse().ok()?, rest),
             None => (0, s),
@@ -215,7 +217,7 @@ pub struct FleetGpu {
 impl FleetGpu {
     /// The link this GPU exchanges tensors with its peers over: NVLink where the board has it built in, else
     /// PCIe (3.0 x16 when neither the profile nor the probe says).
-    pub fn peer_link(&self) -> crate::perf::collective::Link {
+    pub(crate) fn peer_link(&self) -> crate::perf::collective::Link {
         use crate::perf::collective;
         match self.nvlink_bytes_per_s {
             Some(b) => collective::Link {
@@ -228,7 +230,7 @@ impl FleetGpu {
     }
 
     /// Peaks and efficiencies as the throughput model takes them (1.0 where no rule or evidence says).
-    pub fn perf(&self) -> DevicePerf {
+    pub(crate) fn perf(&self) -> DevicePerf {
         DevicePerf {
             name: self.id.to_string(),
             bandwidth_bytes_per_s: self.bandwidth_bytes_per_s,
@@ -243,7 +245,7 @@ impl FleetGpu {
 
     /// [`FleetGpu::perf`] with llama.cpp's kernel model ([`perf::gpu`]) where it covers the GPU, for each phase
     /// whose efficiency no measurement replaced.
-    pub fn llama_cpp_perf(&self) -> DevicePerf {
+    pub(crate) fn llama_cpp_perf(&self) -> DevicePerf {
         let analytic =
             |e: &Option<Efficiency>| e.as_ref().is_none_or(|e| e.basis == Basis::Analytic);
         DevicePerf {
@@ -290,7 +292,7 @@ impl Host {
     }
 
     /// The host's speed at `threads` threads.
-    pub fn perf(&self, threads: u32) -> DevicePerf {
+    pub(crate) fn perf(&self, threads: u32) -> DevicePerf {
         perf::cpu_device(
             self.class.as_ref(),
             &self.inventory,
@@ -341,7 +343,7 @@ fn efficiency(
 }
 
 /// PCIe 3.0 x16: 8 GT/s × 128/130 encoding × 16 lanes / 8 bits = 15.75 GB/s (PCI-SIG PCIe 3.0 base spec).
-pub const PCIE3_X16_BYTES_PER_S: f64 = 15.75e9;
+pub(crate) const PCIE3_X16_BYTES_PER_S: f64 = 15.75e9;
 
 /// Usable host-to-device bytes per second of a PCIe link: per-lane rate after line encoding × lanes
 /// (gen 1-2: 8b/10b at 2.5/5 GT/s; gen 3-5: 128b/130b at 8/16/32 GT/s).
@@ -362,7 +364,7 @@ pub fn pcie_bytes_per_s(i: &Interconnect) -> Option<f64> {
 /// total, for boards whose NVLink is part of the baseboard (SXM/HGX parts). PCIe cards (`*-pcie` profiles,
 /// GeForce boards) take NVLink only through an optional bridge between pairs of cards that neither a profile nor
 /// the probe can see, so their GPUs are planned over PCIe.
-pub fn nvlink_bytes_per_s(p: &HardwareProfile) -> Option<f64> {
+pub(crate) fn nvlink_bytes_per_s(p: &HardwareProfile) -> Option<f64> {
     let bridge_only = p.id.contains("pcie") || p.name.contains("GeForce");
     p.interconnect
         .as_ref()

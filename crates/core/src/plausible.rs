@@ -17,24 +17,24 @@ use optimizer_model::{ModelSpec, Role};
 
 /// A token rate above the bandwidth roofline by more than this is not a measurement: a model held in on-chip
 /// caches reads them at a few times DRAM bandwidth at most (an H100's L2 at ~3.7x its HBM), so 10x leaves room.
-pub const BANDWIDTH_SLACK: f64 = 10.0;
+const BANDWIDTH_SLACK: f64 = 10.0;
 /// A token rate above the compute roofline by more than this is not a measurement: the profile's FP16 tensor
 /// figure is doubled by int8/fp8 paths and again by structured sparsity; boost clocks add less than that.
-pub const COMPUTE_SLACK: f64 = 4.0;
+const COMPUTE_SLACK: f64 = 4.0;
 /// A CPU's profile gives FP32 FMA rates; int8 matrix units (AMX, SME) multiply weights by up to 16x that.
-pub const CPU_MATRIX_FACTOR: f64 = 16.0;
+const CPU_MATRIX_FACTOR: f64 = 16.0;
 /// A figure below this share of the ceiling is not a measurement either: a model streamed from disk on a
 /// machine without the memory to hold it is about a thousand times slower than its roofline, not a million.
-pub const FLOOR_SHARE: f64 = 1e-6;
+const FLOOR_SHARE: f64 = 1e-6;
 /// Per thread, no core reads more bytes per second than this (an L1 cache delivers ~0.6 TB/s per core at 5 GHz).
-pub const MAX_READ_BYTES_PER_S_PER_THREAD: f64 = 1e12;
+const MAX_READ_BYTES_PER_S_PER_THREAD: f64 = 1e12;
 /// Per thread, no core does more FP32 FLOP/s than this (two AVX-512 FMA units at 5 GHz do 0.32 TFLOP/s).
-pub const MAX_FMA_FLOPS_PER_THREAD: f64 = 1e12;
+const MAX_FMA_FLOPS_PER_THREAD: f64 = 1e12;
 /// Per thread, no core multiplies more quantized weights per second than this (AMX int8 at 5 GHz: ~5e12).
-pub const MAX_DOT_PARAMS_PER_S_PER_THREAD: f64 = 1e13;
+const MAX_DOT_PARAMS_PER_S_PER_THREAD: f64 = 1e13;
 /// Per thread, any core that runs llama.cpp reads, computes and multiplies at least this per second (a
 /// Raspberry Pi Zero does about a thousand times more).
-pub const MIN_CPU_FIGURE_PER_THREAD: f64 = 1e6;
+const MIN_CPU_FIGURE_PER_THREAD: f64 = 1e6;
 
 /// A device's (or several devices') peaks; 0 or a non-finite figure is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -46,7 +46,7 @@ pub struct Peaks {
 
 impl Peaks {
     /// A GPU's peaks from its FP16 FLOP/s figure.
-    pub fn gpu(bandwidth_bytes_per_s: f64, fp16_flops: f64) -> Peaks {
+    pub(crate) fn gpu(bandwidth_bytes_per_s: f64, fp16_flops: f64) -> Peaks {
         Peaks {
             bandwidth_bytes_per_s,
             ops_per_s: fp16_flops * COMPUTE_SLACK,
@@ -54,7 +54,7 @@ impl Peaks {
     }
 
     /// A CPU's peaks from its FP32 FLOP/s figure.
-    pub fn cpu(bandwidth_bytes_per_s: f64, fp32_flops: f64) -> Peaks {
+    pub(crate) fn cpu(bandwidth_bytes_per_s: f64, fp32_flops: f64) -> Peaks {
         Peaks {
             bandwidth_bytes_per_s,
             ops_per_s: fp32_flops * CPU_MATRIX_FACTOR * COMPUTE_SLACK,
@@ -62,7 +62,7 @@ impl Peaks {
     }
 
     /// Devices working together (tensor parallelism, a split model): their sum; unknown when any is.
-    pub fn sum(all: impl IntoIterator<Item = Peaks>) -> Peaks {
+    pub(crate) fn sum(all: impl IntoIterator<Item = Peaks>) -> Peaks {
         all.into_iter().fold(Peaks::default(), |a, b| Peaks {
             bandwidth_bytes_per_s: a.bandwidth_bytes_per_s + known(b.bandwidth_bytes_per_s),
             ops_per_s: a.ops_per_s + known(b.ops_per_s),
@@ -126,13 +126,13 @@ pub const MIN_ACTIVE_SHARE: f64 = 1.0 / 64.0;
 
 /// The range a token rate of `phase` over `sequences` sequences can fall in.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Range {
+pub(crate) struct Range {
     pub floor: f64,
     pub ceiling: f64,
 }
 
 impl Range {
-    pub fn contains(&self, x: f64) -> bool {
+    pub(crate) fn contains(&self, x: f64) -> bool {
         x.is_finite() && x > 0.0 && x >= self.floor && x <= self.ceiling
     }
 }
@@ -140,7 +140,7 @@ impl Range {
 /// The token rates a device with `peaks` can reach for `work` at `sequences` sequences: decode is bound by the
 /// weights it reads each step (shared by the sequences) and by the multiplies of every token; prefill by the
 /// multiplies. Unknown peaks bound nothing (the ceiling is infinite, the floor 0).
-pub fn tokens_per_s(phase: Phase, peaks: Peaks, work: Work, sequences: u64) -> Range {
+pub(crate) fn tokens_per_s(phase: Phase, peaks: Peaks, work: Work, sequences: u64) -> Range {
     let mut ceiling = f64::INFINITY;
     if peaks.ops_per_s.is_finite() && peaks.ops_per_s > 0.0 && work.params_per_token > 0.0 {
         ceiling = ceiling.min(peaks.ops_per_s / (2.0 * work.params_per_token));
@@ -255,7 +255,7 @@ pub fn check_peak_bytes(bytes: u64, memory_bytes: u64) -> Result<(), Implausible
 
 /// Whether a CPU micro-benchmark figure is one a CPU could produce (per-thread ceilings, and the class's socket
 /// bandwidth when known; at least [`MIN_CPU_FIGURE_PER_THREAD`] per second in all).
-pub fn check_cpu_figure(
+fn check_cpu_figure(
     metric: &str,
     threads: u32,
     value: f64,
@@ -289,7 +289,7 @@ pub fn check_cpu_figure(
 }
 
 /// Highest clock any CPU core runs at, GHz: bounds a CPU's FLOP rate where only its class profile is known.
-pub const MAX_CPU_GHZ: f64 = 6.5;
+const MAX_CPU_GHZ: f64 = 6.5;
 
 /// The peaks of one device of hardware profile `p` (a CPU class with `cores` physical cores).
 pub fn profile_peaks(p: &crate::profile::HardwareProfile, cores: u32) -> Peaks {
@@ -310,7 +310,7 @@ pub fn profile_peaks(p: &crate::profile::HardwareProfile, cores: u32) -> Peaks {
 /// The peaks of the devices of `fleet` of hardware profile `profile` (the host's class, or a GPU profile), taken
 /// `n` at a time: what a figure recorded against that profile at `n` devices may be bounded by. `None` when the
 /// fleet has no such device (the figure is not for this plan's hardware and bounds nothing here).
-pub fn fleet_peaks(fleet: &Fleet, profile: &str, n: usize) -> Option<Peaks> {
+fn fleet_peaks(fleet: &Fleet, profile: &str, n: usize) -> Option<Peaks> {
     if profile == fleet.host.class_id() {
         let (ghz, fpc) =
             crate::perf::nominal_core(fleet.host.class.as_ref(), &fleet.host.inventory);
@@ -331,7 +331,7 @@ pub fn fleet_peaks(fleet: &Fleet, profile: &str, n: usize) -> Option<Peaks> {
 }
 
 /// Memory of a device of `profile` in `fleet` (the host's RAM for its class), when the fleet has one.
-pub fn fleet_memory(fleet: &Fleet, profile: &str) -> Option<u64> {
+fn fleet_memory(fleet: &Fleet, profile: &str) -> Option<u64> {
     if profile == fleet.host.class_id() {
         return Some(fleet.host.inventory.memory.total_bytes);
     }
@@ -345,7 +345,7 @@ pub fn fleet_memory(fleet: &Fleet, profile: &str) -> Option<u64> {
 
 /// Evidence with the figures no device of this fleet could produce for `model` set aside, and a warning for each.
 #[derive(Debug, Clone, Default)]
-pub struct Screened {
+pub(crate) struct Screened {
     pub evidence: Evidence,
     pub warnings: Vec<String>,
 }
@@ -353,7 +353,7 @@ pub struct Screened {
 /// Sets aside every figure of `evidence` that is outside what its device could do for `model` (see the module
 /// doc): throughput points by the rooflines, memory peaks by the device's memory, CPU figures by what a core
 /// can do. A figure for a device this fleet does not have is kept (nothing here uses it).
-pub fn screen(evidence: &Evidence, fleet: &Fleet, model: &ModelSpec) -> Screened {
+pub(crate) fn screen(evidence: &Evidence, fleet: &Fleet, model: &ModelSpec) -> Screened {
     let work = Work::of_model(model);
     let mut warnings = Vec::new();
     let mut keep_throughput = |t: &ThroughputPoint| {

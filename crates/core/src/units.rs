@@ -2,7 +2,7 @@
 //! two figures of the same bytes can never disagree in their last digit.
 
 /// Bytes in a GiB (2^30).
-pub const GIB_BYTES: u64 = 1 << 30;
+pub(crate) const GIB_BYTES: u64 = 1 << 30;
 
 /// `bytes` in GiB, for display: every printed GiB figure is this value rounded by its format.
 pub fn gib(bytes: u64) -> f64 {

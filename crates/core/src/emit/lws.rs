@@ -13,18 +13,18 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 /// The LWS API version the manifest is written for.
-pub const API_VERSION: &str = "leaderworkerset.x-k8s.io/v1";
+pub(crate) const API_VERSION: &str = "leaderworkerset.x-k8s.io/v1";
 /// LWS's label naming the set on every pod it creates (`SetNameLabelKey`).
-pub const SET_NAME_LABEL: &str = "leaderworkerset.sigs.k8s.io/name";
+const SET_NAME_LABEL: &str = "leaderworkerset.sigs.k8s.io/name";
 /// LWS's label with a pod's index in its group, 0 for the leader (`WorkerIndexLabelKey`).
-pub const WORKER_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+const WORKER_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 /// Recreate the whole group when one of its pods restarts: a multi-node vLLM server cannot lose one node and
 /// keep serving (LWS `restartPolicy`, the CRD's default, written out).
-pub const RESTART_POLICY: &str = "RecreateGroupOnPodRestart";
+const RESTART_POLICY: &str = "RecreateGroupOnPodRestart";
 
 /// One LeaderWorkerSet group and the Service in front of its leader.
 #[derive(Debug, Clone)]
-pub struct LeaderWorkerSet<'a> {
+pub(crate) struct LeaderWorkerSet<'a> {
     pub name: &'a str,
     pub image: &'a str,
     /// Pods per group: the nodes one replica spans.
@@ -106,7 +106,7 @@ impl LeaderWorkerSet<'_> {
     }
 
     /// The LeaderWorkerSet and its Service, as one YAML stream.
-    pub fn manifest(&self) -> String {
+    pub(crate) fn manifest(&self) -> String {
         let lws = json!({
             "apiVersion": API_VERSION,
             "kind": "LeaderWorkerSet",

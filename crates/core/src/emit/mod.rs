@@ -5,7 +5,7 @@
 //! how devices and nodes cooperate, and `launch` is a list of artifacts (argv, env, files) the runtime wrote.
 //! Pure: types and rendering helpers, touches nothing.
 
-pub mod lws;
+pub(crate) mod lws;
 
 use std::collections::BTreeMap;
 
@@ -514,7 +514,7 @@ pub fn shell_quote(word: &str) -> String {
 }
 
 /// `VAR=value ... program args` as one shell line: the environment applies to this command only.
-pub fn shell_command(env: &BTreeMap<String, String>, argv: &[String]) -> String {
+pub(crate) fn shell_command(env: &BTreeMap<String, String>, argv: &[String]) -> String {
     env.iter()
         .map(|(k, v)| format!("{k}={}", shell_quote(v)))
         .chain(argv.iter().map(|a| shell_quote(a)))
@@ -594,7 +594,7 @@ pub struct Deployment {
 }
 
 /// Rounds a float for the document so output is stable and readable (3 significant decimals).
-pub fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 

@@ -34,7 +34,7 @@ pub const MAX_CLUSTER_NODES: u64 = 1024;
 /// Most GPUs one node may hold: 8-GPU boards (HGX) are the norm and the largest single-system GPU domains
 /// are 72 (GB200 NVL72, sold as 18 trays of 4); 256 leaves room for any server while keeping a typo (a
 /// cluster's GPU count inside one node) from reading as one machine.
-pub const MAX_GPUS_PER_NODE: usize = 256;
+const MAX_GPUS_PER_NODE: usize = 256;
 
 /// Cluster files hold one inventory per node group; an inventory with every optional field is about 1 KiB per
 /// GPU, so [`MAX_CLUSTER_NODES`] distinct 8-GPU groups fit in 8 MiB. Twice that is not a cluster description.
@@ -42,15 +42,15 @@ pub const MAX_CLUSTER_BYTES: u64 = 16 << 20;
 
 /// Fastest fabric link accepted, in GB/s one direction: NVLink 5 gives 900 GB/s per direction per GPU and
 /// InfiniBand XDR 100 GB/s per port; 10,000 GB/s per link is a unit mistake (bits for bytes, MB for GB).
-pub const MAX_FABRIC_BANDWIDTH_GB_S: f64 = 10_000.0;
+pub(crate) const MAX_FABRIC_BANDWIDTH_GB_S: f64 = 10_000.0;
 
 /// Slowest fabric latency accepted, in microseconds: InfiniBand is about 1 µs and TCP over Ethernet tens of
 /// µs; one second is a unit mistake (ms or ns for µs).
-pub const MAX_FABRIC_LATENCY_US: f64 = 1_000_000.0;
+pub(crate) const MAX_FABRIC_LATENCY_US: f64 = 1_000_000.0;
 
 /// Most links (NICs, ports) per node: an 8-GPU node has 8 compute NICs plus a few for storage; 64 covers any
 /// node with headroom.
-pub const MAX_LINKS_PER_NODE: u32 = 64;
+pub(crate) const MAX_LINKS_PER_NODE: u32 = 64;
 
 /// The inter-node link technology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

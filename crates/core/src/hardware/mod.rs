@@ -7,9 +7,8 @@ mod inventory;
 
 use std::path::{Path, PathBuf};
 
-pub use cluster::{
-    Cluster, Fabric, FabricKind, InvalidCluster, Node, Sourced, load_cluster, parse_cluster,
-};
+pub(crate) use cluster::Cluster;
+pub use cluster::{Fabric, FabricKind, Node, Sourced, load_cluster, parse_cluster};
 pub use inventory::{
     Bound, Caches, ComputeBackend, Cpu, Gpu, GpuProcess, GpuSource, GpuVendor, Inventory,
     MAX_LOGICAL_CPUS, Memory,
@@ -181,7 +180,7 @@ fn validate(inv: &Inventory) -> Result<(), InvalidInventory> {
 }
 
 /// `"8.9"` → (8, 9).
-pub fn parse_capability(cc: &str) -> Option<(u32, u32)> {
+pub(crate) fn parse_capability(cc: &str) -> Option<(u32, u32)> {
     let (a, b) = cc.split_once('.')?;
     Some((a.parse().ok()?, b.parse().ok()?))
 }

@@ -59,11 +59,11 @@ pub struct Link {
 /// 524288 B: 0.0269 ms), and the ring's transfer at that size is 1.5 × 524288 B / 450 GB/s = 1.7 µs, leaving
 /// 25.2 µs of fixed cost. The 8-GPU crossover (128 KiB) gives 17 µs; the larger is kept, since the ring is only
 /// taken above the crossover, where its transfer dominates.
-pub const NCCL_NVLINK_LATENCY_S: f64 = 25.0e-6;
+pub(crate) const NCCL_NVLINK_LATENCY_S: f64 = 25.0e-6;
 
 /// NCCL's fixed cost of one small collective over PCIe, seconds: 11.3 to 11.9 µs for 8 to 64 B between two RTX
 /// 4090s over PCIe (tinygrad/open-gpu-kernel-modules issue #17, nccl-tests `alltoall_perf -g 2`, P2P disabled).
-pub const NCCL_PCIE_LATENCY_S: f64 = 12.0e-6;
+const NCCL_PCIE_LATENCY_S: f64 = 12.0e-6;
 
 /// Fixed cost of vLLM's peer-to-peer all-reduce kernel, seconds: the median of its nine small-message times on
 /// H100 (sgl-project/sglang PR #2904, "vllm" table, 512 / 4096 / 32768 B at tp 2/4/8: 9.5, 9.1, 10.1, 8.8, 8.5,
@@ -79,16 +79,16 @@ pub const P2P_BUS_BYTES_PER_S: f64 = 52.6e9;
 
 /// Largest message vLLM's custom all-reduce takes: its default buffer (custom_all_reduce.py,
 /// `CustomAllreduce.__init__`, `max_size=8192 * 1024`).
-pub const P2P_MAX_BYTES: f64 = 8192.0 * 1024.0;
+const P2P_MAX_BYTES: f64 = 8192.0 * 1024.0;
 
 /// Most ranks vLLM's custom all-reduce serves (`CustomAllreduce.should_custom_ar`: `world_size > 8` → NCCL).
-pub const P2P_MAX_RANKS: u32 = 8;
+const P2P_MAX_RANKS: u32 = 8;
 
 /// The NVLink link of a part, when its profile has one: half the total (the profiles carry both directions:
 /// h100-sxm 900 GB/s total = 450 per direction, NVIDIA H100 datasheet; ai-dynamo/aiconfigurator
 /// `intra_node_bw` 450). A bridged pair of PCIe cards has NVLink between the two only: a larger group of them
 /// reduces over PCIe, which the caller decides ([`pcie_link`]).
-pub fn nvlink_link(i: &Interconnect) -> Option<Link> {
+fn nvlink_link(i: &Interconnect) -> Option<Link> {
     let total_gb_s = i.nvlink_gb_s.filter(|g| g.is_finite() && *g > 0.0)?;
     Some(Link {
         kind: LinkKind::NvLink,
@@ -99,7 +99,7 @@ pub fn nvlink_link(i: &Interconnect) -> Option<Link> {
 
 /// A PCIe link of `bytes_per_s` per direction. The rate comes from the caller (`fleet::pcie_bytes_per_s`, from
 /// the profile's generation and lanes): `perf` sits below `fleet` and may not reach it (tests/it/architecture.rs).
-pub fn pcie_link(bytes_per_s: f64) -> Link {
+pub(crate) fn pcie_link(bytes_per_s: f64) -> Link {
     Link {
         kind: LinkKind::Pcie,
         bytes_per_s,
@@ -130,7 +130,7 @@ pub fn link_between(
 /// direction), shared when the node has fewer links than ranks (`links_per_node` absent: one link for the node),
 /// and its stated latency (0 when the file gives none: the fixed cost is then not counted, and the caller says
 /// so). `None` without a bandwidth.
-pub fn fabric_link(f: &crate::hardware::Fabric, ranks_per_node: u32) -> Option<Link> {
+pub(crate) fn fabric_link(f: &crate::hardware::Fabric, ranks_per_node: u32) -> Option<Link> {
     let bw = f.bandwidth_gb_s.as_ref()?.value * 1e9;
     let links = f.links_per_node.as_ref().map_or(1, |l| l.value).max(1);
     let ranks = ranks_per_node.max(1);
@@ -145,13 +145,19 @@ pub fn fabric_link(f: &crate::hardware::Fabric, ranks_per_node: u32) -> Option<L
 /// Tensors a decoder layer hands to the next pipeline stage per token: vLLM's Llama and DeepSeek models send
 /// `IntermediateTensors({"hidden_states", "residual"})` (vllm/model_executor/models/llama.py `LlamaModel.forward`,
 /// deepseek_v2.py `DeepseekV2Model.forward`).
-pub const PP_TENSORS_PER_TOKEN: f64 = 2.0;
+const PP_TENSORS_PER_TOKEN: f64 = 2.0;
 
 /// Seconds one pipeline hand-off of `tokens` tokens takes between two stages over `link`: each tensor-parallel
 /// rank sends its `1/tp` slice (vllm/v1/worker/gpu_worker.py `execute_model`: `send_tensor_dict(...,
 /// all_gather_group=get_tp_group())`, vllm/distributed/parallel_state.py `send_tensor_dict` splits a tensor over
 /// that group when it divides), over its own share of the link.
-pub fn pp_send_seconds(link: &Link, tp: u32, tokens: u64, hidden: u64, dtype_bytes: u64) -> f64 {
+pub(crate) fn pp_send_seconds(
+    link: &Link,
+    tp: u32,
+    tokens: u64,
+    hidden: u64,
+    dtype_bytes: u64,
+) -> f64 {
     let bytes = PP_TENSORS_PER_TOKEN * tokens as f64 * hidden as f64 * dtype_bytes as f64
         / f64::from(tp.max(1));
     if bytes <= 0.0 || !link.bytes_per_s.is_finite() || link.bytes_per_s <= 0.0 {
@@ -166,7 +172,12 @@ pub fn pp_send_seconds(link: &Link, tp: u32, tokens: u64, hidden: u64, dtype_byt
 /// `stage_s` per stage and `send_s` per hand-off, a batch comes back after `stages × (stage_s + send_s)` and a
 /// stage is busy `micro_batches × stage_s` of that: every sequence gets a token per cycle
 /// `max(micro_batches × stage_s, stages × (stage_s + send_s))`.
-pub fn pipeline_cycle(stages: u32, micro_batches: u32, stage_s: f64, send_s: f64) -> (f64, f64) {
+pub(crate) fn pipeline_cycle(
+    stages: u32,
+    micro_batches: u32,
+    stage_s: f64,
+    send_s: f64,
+) -> (f64, f64) {
     let p = f64::from(stages.max(1));
     let m = f64::from(micro_batches.clamp(1, stages.max(1)));
     let busy = m * stage_s;
@@ -180,7 +191,7 @@ pub fn pipeline_cycle(stages: u32, micro_batches: u32, stage_s: f64, send_s: f64
 /// bound by its slowest hop, and a fixed cost of NCCL's own on NVLink ([`NCCL_NVLINK_LATENCY_S`]) plus the
 /// fabric's stated latency: a collective across nodes runs the same protocol steps inside each node and adds
 /// the network's hop, so the in-node cost is its floor (a lower bound, stated as such).
-pub fn fabric_collective_link(fabric: &Link) -> Link {
+pub(crate) fn fabric_collective_link(fabric: &Link) -> Link {
     Link {
         kind: LinkKind::Fabric,
         bytes_per_s: fabric.bytes_per_s,
@@ -190,7 +201,7 @@ pub fn fabric_collective_link(fabric: &Link) -> Link {
 
 /// Seconds of one ring all-gather (or reduce-scatter) over `ranks` ranks, each contributing `bytes`: every rank
 /// receives (sends) the other `ranks - 1` shares over its link, after the fixed cost.
-pub fn allgather_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
+fn allgather_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
     if ranks <= 1 || bytes.is_nan() || bytes <= 0.0 || link.bytes_per_s <= 0.0 {
         return 0.0;
     }
@@ -203,7 +214,7 @@ pub fn allgather_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
 /// (`dispatch_router_logits`; the logits in the router's dtype, the model's for DeepSeek-V3 and Kimi-K2:
 /// vllm/model_executor/models/deepseek_v2.py `_get_moe_router_dtype`), then a reduce-scatter of the experts'
 /// output back (`combine`, `reduce_scatterv`).
-pub fn ep_layer_seconds(
+pub(crate) fn ep_layer_seconds(
     link: &Link,
     dp: u32,
     tokens: u64,
@@ -218,7 +229,7 @@ pub fn ep_layer_seconds(
 
 /// The share of a message a ring all-reduce sends (and receives) per GPU: `2(n−1)/n` (reduce-scatter then
 /// all-gather, each `(n−1)/n`).
-pub fn ring_factor(ranks: u32) -> f64 {
+fn ring_factor(ranks: u32) -> f64 {
     if ranks <= 1 {
         return 0.0;
     }
@@ -229,7 +240,7 @@ pub fn ring_factor(ranks: u32) -> f64 {
 /// Seconds of one all-reduce of `bytes` across `ranks` GPUs over `link`: the faster of the NCCL ring and, on
 /// NVLink for the messages it accepts, vLLM's peer-to-peer kernel (see the module doc). 0 for one rank or an
 /// empty message.
-pub fn allreduce_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
+fn allreduce_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
     // NaN and non-positive sizes price nothing.
     if ranks <= 1 || bytes.is_nan() || bytes <= 0.0 {
         return 0.0;
@@ -246,7 +257,7 @@ pub fn allreduce_seconds(link: &Link, ranks: u32, bytes: f64) -> f64 {
 }
 
 /// All-reduces vLLM runs per transformer layer (attention `o_proj`, MLP or MoE `down_proj`).
-pub const ALLREDUCES_PER_LAYER: f64 = 2.0;
+const ALLREDUCES_PER_LAYER: f64 = 2.0;
 
 /// Seconds one forward step of `tokens` tokens spends all-reducing across `ranks` GPUs: two all-reduces per
 /// layer of `tokens × hidden × dtype_bytes` bytes each. Decode: `tokens` = the sequences in the batch; prefill:

@@ -102,7 +102,7 @@ pub enum MemoryClass {
 
 impl MemoryClass {
     /// From a profile's `memory.type` (`HBM3`, `GDDR6X`, `LPDDR5`); `None` for anything else.
-    pub fn from_type(t: &str) -> Option<MemoryClass> {
+    pub(crate) fn from_type(t: &str) -> Option<MemoryClass> {
         let t = t.to_ascii_uppercase();
         if t.starts_with("HBM") {
             Some(MemoryClass::Hbm)
@@ -152,7 +152,7 @@ const CUDA_F16_FLOP_PER_SM_CLOCK: f64 = 821.0;
 /// Ada's prefill FLOP per joule of board power: 0.290 TFLOP/J, fitted jointly with the MMQ rate on the 164 CUDA
 /// and Metal pp512 rows the model covers (fit.py: grid in 1 % steps minimising the summed absolute log error of the
 /// Ada rows, kernel rates from the rows the bound does not bind); 0.311 with the pro Ada family held out.
-pub const ADA_FLOP_PER_J: f64 = 0.290e12;
+const ADA_FLOP_PER_J: f64 = 0.290e12;
 /// Metal simdgroup-matrix kernels: share of the FP16 ALU peak. Medians of 70 quantized and 23 F16 rows.
 const METAL_QUANT_SHARE: f64 = 0.592;
 const METAL_F16_SHARE: f64 = 0.717;
@@ -171,8 +171,8 @@ const LANE_VULKAN_INTEL: f64 = 1.32;
 /// tile config in mmq.cuh), and the rows reach 1.6x (ROCm) and 1.7x (Vulkan) RDNA 3's rate per compute-unit
 /// clock: below the int8 ratio (4x), so the matrix units do not bind; the FP16 ratio (2x) is the sourced figure
 /// nearest it and predicts either architecture from the other within 25 % (fixture README).
-pub const RDNA3_WMMA_FP16_FLOP_PER_CU_CLOCK: f64 = 512.0;
-pub const RDNA4_WMMA_FP16_FLOP_PER_CU_CLOCK: f64 = 1024.0;
+const RDNA3_WMMA_FP16_FLOP_PER_CU_CLOCK: f64 = 512.0;
+const RDNA4_WMMA_FP16_FLOP_PER_CU_CLOCK: f64 = 1024.0;
 /// FP32 lanes per AMD compute unit (GCN, CDNA and RDNA alike: 4 x SIMD16 or 2 x SIMD32).
 pub const AMD_LANES_PER_CU: f64 = 64.0;
 /// The share of that WMMA FP16 rate the quantized kernels reach, one per backend: medians over the RDNA 3 and
@@ -189,7 +189,7 @@ const VULKAN_INTEL_DECODE_EXTRA: f64 = 0.771;
 
 /// FLOP per lane per clock of `f` (quantized weights; the rows hold no F16 run on these families, so dense
 /// weights are charged the same rate).
-pub fn lane_rate(f: LaneFamily) -> f64 {
+fn lane_rate(f: LaneFamily) -> f64 {
     match f {
         LaneFamily::Dp4a => LANE_DP4A,
         LaneFamily::RocmMfma => LANE_ROCM_MFMA,
@@ -232,12 +232,12 @@ fn dense_float(t: Dtype) -> bool {
 
 /// Whether the prefill rate of a CUDA GPU of compute capability `cc` is bounded by its board power: Ada only (the
 /// module doc says why).
-pub fn power_bound_applies(cc: (u32, u32)) -> bool {
+pub(crate) fn power_bound_applies(cc: (u32, u32)) -> bool {
     cc == (8, 9)
 }
 
 /// FLOP/s the prefill kernel for weights of type `t` reaches.
-pub fn prefill_rate(k: &GpuKernels, t: Dtype) -> f64 {
+fn prefill_rate(k: &GpuKernels, t: Dtype) -> f64 {
     let dense = dense_float(t);
     match k.backend {
         GpuBackend::Cuda => {
@@ -268,7 +268,7 @@ pub fn prefill_rate(k: &GpuKernels, t: Dtype) -> f64 {
 }
 
 /// Seconds of prefill matmuls and attention for `tokens` prompt tokens.
-pub fn prefill_compute(k: &GpuKernels, l: &DeviceLoad, tokens: f64) -> f64 {
+pub(crate) fn prefill_compute(k: &GpuKernels, l: &DeviceLoad, tokens: f64) -> f64 {
     let matmul: f64 = l
         .by_type
         .iter()
@@ -301,7 +301,7 @@ fn decode_multiplier(m: MemoryClass, t: Dtype) -> f64 {
 }
 
 /// Seconds one decode step spends reading weights and `kv_bytes` of KV cache.
-pub fn decode_read(k: &GpuKernels, p: &DevicePerf, l: &DeviceLoad, kv_bytes: f64) -> f64 {
+pub(crate) fn decode_read(k: &GpuKernels, p: &DevicePerf, l: &DeviceLoad, kv_bytes: f64) -> f64 {
     // Intel Arc on Vulkan reads every byte at a lower share of its peak (its constant's doc).
     let intel = if matches!(k.lanes, Some((LaneFamily::VulkanIntel, _))) {
         VULKAN_INTEL_DECODE_EXTRA
@@ -321,7 +321,7 @@ pub fn decode_read(k: &GpuKernels, p: &DevicePerf, l: &DeviceLoad, kv_bytes: f64
 }
 
 /// Seconds per decode step the backend spends besides reading and computing: per-layer launches.
-pub fn decode_overhead(k: &GpuKernels, l: &DeviceLoad) -> f64 {
+pub(crate) fn decode_overhead(k: &GpuKernels, l: &DeviceLoad) -> f64 {
     l.layers
         * match k.backend {
             GpuBackend::Cuda | GpuBackend::CudaDp4a => CUDA_LAYER_S,

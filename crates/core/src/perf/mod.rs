@@ -66,7 +66,7 @@ pub struct Offload {
 }
 
 /// Micro-batches of at least this many tokens are offloaded (ggml-cuda `min_batch_size`).
-pub const OFFLOAD_MIN_BATCH: f64 = 32.0;
+const OFFLOAD_MIN_BATCH: f64 = 32.0;
 
 /// The per-core figures of a CPU that llama.cpp's speed scales with.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,7 +125,7 @@ impl Reference {
     /// machine at `threads` threads (what the fit's bandwidth was, over what was read there), interpolated
     /// between the measured thread counts and held outside them: a decode pulls weights while it computes, so
     /// it reaches less than a pure stream.
-    pub fn decode_bandwidth_share(&self, threads: f64) -> f64 {
+    fn decode_bandwidth_share(&self, threads: f64) -> f64 {
         let points = self.read_bytes_per_s.map(|(t, read)| {
             let fitted = (f64::from(t) * self.bandwidth_per_core)
                 .min(self.socket_bandwidth * self.decode_efficiency);
@@ -162,7 +162,10 @@ const REF_DOT_Q4_K: f64 = 3.066e10;
 /// The calibrated CPU at `threads` threads: the measured read bandwidth, and the FMA and dot-product rates per
 /// thread over the reference's when they were measured with the reference's instruction set (other instructions
 /// make a ratio meaningless: the kernels then stay analytic).
-pub fn measured_cpu(c: &crate::evidence::CpuCalibration, threads: f64) -> Option<MeasuredCpu> {
+pub(crate) fn measured_cpu(
+    c: &crate::evidence::CpuCalibration,
+    threads: f64,
+) -> Option<MeasuredCpu> {
     let read = c.read_at(threads)? * REFERENCE.decode_bandwidth_share(threads);
     let comparable = c.isa.as_deref() == Some(REFERENCE.isa);
     Some(MeasuredCpu {
@@ -181,19 +184,19 @@ pub fn measured_cpu(c: &crate::evidence::CpuCalibration, threads: f64) -> Option
 }
 
 /// Clock assumed when the inventory has none (the planner's default too).
-pub const DEFAULT_CPU_GHZ: f64 = 2.0;
+const DEFAULT_CPU_GHZ: f64 = 2.0;
 /// FP32 FLOP per cycle per core when the CPU profile has none: one 256-bit FMA pipe (2 × 8 lanes), the
 /// narrowest x86-64 core with AVX2.
-pub const DEFAULT_FP32_FLOPS_PER_CYCLE: f64 = 16.0;
+pub(crate) const DEFAULT_FP32_FLOPS_PER_CYCLE: f64 = 16.0;
 /// Per-core DRAM bandwidth when the CPU profile has none, bytes/s: the most one thread pulled in the llama-bench
 /// table of an AMD EPYC (Zen 3) KVM guest (tests/fixtures/llama-bench/cpu-epyc-milan-2vcpu.json: Llama-3.2-1B
 /// Q8_0 tg128 at -t 1 reads 1.313e9 B per token at 7.14 tok/s). A lower bound: every one-thread decode there was
 /// bound by the dot-product rate, not by bandwidth, so the true figure is at least this.
-pub const DEFAULT_BANDWIDTH_PER_CORE: f64 = 9.38e9;
+const DEFAULT_BANDWIDTH_PER_CORE: f64 = 9.38e9;
 
 /// A core's clock in GHz (the inventory's, else [`DEFAULT_CPU_GHZ`]) and FP32 FLOP per cycle (the class
 /// profile's, else [`DEFAULT_FP32_FLOPS_PER_CYCLE`]): the analytic FMA peak a calibration is compared with.
-pub fn nominal_core(profile: Option<&HardwareProfile>, inv: &Inventory) -> (f64, f64) {
+pub(crate) fn nominal_core(profile: Option<&HardwareProfile>, inv: &Inventory) -> (f64, f64) {
     let fpc = profile
         .and_then(|p| p.cpu.as_ref())
         .and_then(|c| c.fp32_flops_per_cycle_per_core)
@@ -283,7 +286,14 @@ pub struct DeviceLoad {
 
 impl DeviceLoad {
     /// Charges one weight to the device: `bytes` and `params` per token, `resident` bytes held.
-    pub fn add(&mut self, dtype: Dtype, output: bool, bytes: f64, params: f64, resident: f64) {
+    pub(crate) fn add(
+        &mut self,
+        dtype: Dtype,
+        output: bool,
+        bytes: f64,
+        params: f64,
+        resident: f64,
+    ) {
         self.weight_bytes_per_token += bytes;
         self.weight_bytes_resident += resident;
         self.active_params += params;
@@ -565,12 +575,12 @@ pub fn predict(devices: &[(DevicePerf, DeviceLoad)], shape: Shape) -> Prediction
 /// Share of the compute-bound throughput at which a CPU's batch curve counts as flat: a per-token floor keeps
 /// the curve rising slowly past the roofline knee (each step pays it once for all its sequences), so the knee is
 /// where the floor costs less than 1 % of the step, the planner's own tie margin.
-pub const KNEE_SHARE: f64 = 0.99;
+const KNEE_SHARE: f64 = 0.99;
 
 /// Concurrency past which a decode step turns compute-bound on one device: the knee of the batch curve, from
 /// its FLOPs-to-bandwidth ratio (tokens per byte it can compute while reading one byte). On a CPU, also at
 /// least where the per-token floor falls below `1 - KNEE_SHARE` of the step.
-pub fn decode_knee(p: &DevicePerf, l: &DeviceLoad) -> f64 {
+pub(crate) fn decode_knee(p: &DevicePerf, l: &DeviceLoad) -> f64 {
     let fixed = floor(p, l) * KNEE_SHARE / (1.0 - KNEE_SHARE);
     let (bytes_time, flops_per_seq) = match &p.cpu {
         Some(c) => {

@@ -49,7 +49,7 @@ pub fn score(objective: Objective, w: &WorkloadProfile, p: &perf::Prediction) ->
 }
 
 /// Each SLA target of the workload against the prediction.
-pub fn sla_checks(w: &WorkloadProfile, p: &perf::Prediction) -> Vec<SlaCheck> {
+pub(crate) fn sla_checks(w: &WorkloadProfile, p: &perf::Prediction) -> Vec<SlaCheck> {
     [
         (
             "time_to_first_token",
@@ -176,7 +176,7 @@ fn why_lost<R: Runtime>(
 }
 
 /// The best losing candidate of each group (strategy and device count), fitting ones first.
-pub fn alternatives<R: Runtime>(
+pub(crate) fn alternatives<R: Runtime>(
     rt: &R,
     all: &[Candidate<R::Point>],
     chosen: &Candidate<R::Point>,

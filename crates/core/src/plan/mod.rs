@@ -9,7 +9,7 @@
 //! from store rows, cited by id).
 
 pub mod explain;
-pub mod promise;
+pub(crate) mod promise;
 pub mod search;
 
 use crate::emit::{
@@ -27,8 +27,8 @@ use crate::runtime::vllm::Vllm;
 use crate::runtime::{Candidate, Request, Runtime};
 use optimizer_model::ModelSpec;
 
-pub use crate::runtime::llama_cpp::MAX_CONTEXT_PER_SEQUENCE;
-pub use crate::runtime::{Overrides, PlanError};
+pub use crate::runtime::Overrides;
+pub use crate::runtime::PlanError;
 
 /// Everything the planner decides from.
 pub struct Inputs<'a> {
@@ -75,7 +75,7 @@ pub fn resolve(inp: &Inputs) -> Result<Deployment, PlanError> {
 
 /// Plans a deployment on `nodes` identical nodes described by `inp.inventory` (a cluster's node type): one
 /// replica per node.
-pub fn resolve_nodes(inp: &Inputs, nodes: u32) -> Result<Deployment, PlanError> {
+fn resolve_nodes(inp: &Inputs, nodes: u32) -> Result<Deployment, PlanError> {
     let mut fleet = fleet::build(
         inp.inventory,
         inp.profiles,

@@ -22,7 +22,7 @@ const VLLM_COST: &str = "vLLM only lifts its check: for a RoPE model positions p
 
 /// The context per sequence the engine serves this model at as trained (`None`: the model does not say, or the
 /// runtime is not a serving one).
-pub fn trained_context(rt: RuntimeId, model: &ModelSpec) -> Option<u64> {
+pub(crate) fn trained_context(rt: RuntimeId, model: &ModelSpec) -> Option<u64> {
     match rt {
         RuntimeId::LlamaCpp | RuntimeId::Any => llama_launch::trained_context(model),
         RuntimeId::Vllm => vllm_launch::derived_max_model_len(model),
@@ -39,7 +39,11 @@ fn positionless(model: &ModelSpec) -> bool {
 
 /// `-c` past the engine's trained length: refused (exit 2) naming the opt-in, what it adds to the launch and
 /// its quality cost, unless `--allow-long-context` was given.
-pub fn check_context(rt: RuntimeId, model: &ModelSpec, ov: &Overrides) -> Result<(), PlanError> {
+pub(crate) fn check_context(
+    rt: RuntimeId,
+    model: &ModelSpec,
+    ov: &Overrides,
+) -> Result<(), PlanError> {
     let (Some(c), Some(trained)) = (ov.context_length, trained_context(rt, model)) else {
         return Ok(());
     };
@@ -89,7 +93,11 @@ fn long_context(rt: RuntimeId, model: &ModelSpec, context: u32) -> Option<Long> 
 
 /// The warning of a plan whose context per sequence is past the trained length (planned because the user
 /// opted in): what the launch carries for it and what it costs.
-pub fn long_context_warning(rt: RuntimeId, model: &ModelSpec, context: u32) -> Option<String> {
+pub(crate) fn long_context_warning(
+    rt: RuntimeId,
+    model: &ModelSpec,
+    context: u32,
+) -> Option<String> {
     if positionless(model) {
         return None;
     }
@@ -109,7 +117,7 @@ pub fn long_context_warning(rt: RuntimeId, model: &ModelSpec, context: u32) -> O
 /// The workload as the plan can serve it: unchanged when its request (prompt and generated tokens) fits the
 /// context per sequence the plan gives, else shortened to the longest request that fits, the prompt first
 /// (generation is kept, up to all but one token of the context), with what is missing.
-pub fn fit_request(
+pub(crate) fn fit_request(
     rt: RuntimeId,
     model: &ModelSpec,
     w: &WorkloadProfile,

@@ -24,7 +24,7 @@ pub const TIE: f64 = 0.01;
 /// Memory as the document prints it, in hundredths of a GiB. Ties are broken on this, not on bytes: two vLLM
 /// candidates on the same GPUs both fill them and differ only by the leftover below one KV block, which no
 /// reader can see and no plan should be chosen for.
-pub fn shown_memory(bytes: u64) -> u64 {
+pub(crate) fn shown_memory(bytes: u64) -> u64 {
     (crate::units::gib(bytes) * 100.0).round() as u64
 }
 
@@ -288,7 +288,7 @@ pub fn search<R: Runtime>(
 /// The fitting candidate with the best score; candidates within [`TIE`] of it are ties, broken toward less
 /// memory. The workload's preferred variant (KV cache type) wins unless it does not fit or another variant's
 /// gain clears the rule's threshold. Returns the winner and the provenance of the variant.
-pub fn choose<'a, R: Runtime>(
+pub(crate) fn choose<'a, R: Runtime>(
     rt: &R,
     candidates: &'a [Candidate<R::Point>],
     preferred: &str,

@@ -67,7 +67,7 @@ where
 }
 
 /// A profile with an id.
-pub trait HasId {
+trait HasId {
     fn id(&self) -> &str;
 }
 
@@ -169,7 +169,7 @@ pub fn unknown<'a>(
 
 /// The id closest to `wanted` (compared in lower case and hyphen-joined, whichever is nearer), when within
 /// [`MAX_DISTANCE_DIVISOR`]; the first in order on a tie.
-pub fn nearest<'a>(wanted: &str, ids: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn nearest<'a>(wanted: &str, ids: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let forms = [wanted.trim().to_lowercase(), spelling(wanted)];
     let len = forms[0].chars().count();
     if len == 0 || len > MAX_COMPARED_CHARS {
@@ -196,7 +196,7 @@ pub fn nearest<'a>(wanted: &str, ids: impl Iterator<Item = &'a str>) -> Option<&
 
 /// Edits (insert, delete, substitute, or swap two adjacent characters) turning `a` into `b`: the optimal
 /// string alignment distance, so the common typo of two swapped keys costs one.
-pub fn edit_distance(a: &str, b: &str) -> usize {
+fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
     // Three rows of the (len(a)+1) × (len(b)+1) table: two back for a transposition.

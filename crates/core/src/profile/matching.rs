@@ -79,7 +79,7 @@ pub fn name_matches(rules: &MatchRules, name: &str) -> bool {
 /// The profiles a device could match, at the first level that matches anything: PCI id (narrowed by memory),
 /// else name (narrowed by memory). GPU and SoC profiles count (an Apple GPU matches its SoC's profile); CPU
 /// classes never do. More than one means the profiles overlap.
-pub fn candidates<'a>(
+pub(crate) fn candidates<'a>(
     profiles: impl Iterator<Item = &'a HardwareProfile> + Clone,
     name: &str,
     pci_id: Option<&str>,
@@ -259,7 +259,7 @@ fn within_tolerance(want: u64, have: u64) -> bool {
 }
 
 /// The architecture rule whose compute-capability range holds `cc`; the narrowest range wins when ranges nest.
-pub fn architecture_for<'a>(
+fn architecture_for<'a>(
     cc: &str,
     architectures: &[&'a ArchitectureRule],
 ) -> Option<&'a ArchitectureRule> {
@@ -276,7 +276,7 @@ pub fn architecture_for<'a>(
 }
 
 /// TFLOPS from SMs × clock × per-SM rate.
-pub fn tflops(sms: u32, clock_mhz: u32, flops_per_clock_per_sm: f64) -> f64 {
+pub(crate) fn tflops(sms: u32, clock_mhz: u32, flops_per_clock_per_sm: f64) -> f64 {
     f64::from(sms) * f64::from(clock_mhz) * 1e6 * flops_per_clock_per_sm / 1e12
 }
 
@@ -637,13 +637,12 @@ fn heuristic<'a>(
 
 mod usable;
 mod vendor;
-pub use usable::{
-    MatchError, UsableMemory, gpu_from_profile, usable_gpu_bytes, working_set_fraction,
-};
+pub(crate) use usable::MatchError;
+pub use usable::{gpu_from_profile, usable_gpu_bytes};
 pub use vendor::{AMD_LANES_PER_CU, APPLE_FP32_LANES_PER_CORE, apple_bin, apple_gpu_cores};
 
 /// `NVIDIA GeForce RTX 5090` → `nvidia-geforce-rtx-5090`.
-pub fn slug(name: &str) -> String {
+pub(crate) fn slug(name: &str) -> String {
     let mut s = String::new();
     for c in name.chars() {
         if c.is_ascii_alphanumeric() {

@@ -34,14 +34,15 @@ pub mod lookup;
 pub mod matching;
 mod node_inventory;
 pub mod prices;
-pub mod rulebook;
+mod rulebook;
 pub mod types;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
 
 pub use node_inventory::node_inventory;
-pub use rulebook::{RuleBook, RuleRow};
+pub(crate) use rulebook::RuleBook;
+pub use rulebook::RuleRow;
 pub use types::*;
 pub use validate::Diagnostic;
 
@@ -51,7 +52,7 @@ mod embedded {
 
 /// The folder of the built-in price tables (`profiles/prices/`), which are not profiles of a [`ProfileKind`]:
 /// `recommend` reads them (issue 29).
-pub const PRICES_DIR: &str = "prices";
+const PRICES_DIR: &str = "prices";
 
 /// The kinds of profile file, by directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +76,7 @@ impl ProfileKind {
     }
 
     /// The name of its schema (`optimizer schema NAME`, `schemas/NAME.schema.json`).
-    pub fn schema_name(self) -> &'static str {
+    fn schema_name(self) -> &'static str {
         match self {
             ProfileKind::Hardware => "hardware-profile",
             ProfileKind::Workload => "workload",
@@ -98,7 +99,7 @@ impl ProfileKind {
 /// The JSON Schema of one kind of profile file, generated from its type. Profile validation builds its
 /// validators from it; the registry in [`crate::schema`] publishes it (the registry sits above this module, so
 /// this module never imports it).
-pub fn json_schema(kind: ProfileKind) -> serde_json::Value {
+pub(crate) fn json_schema(kind: ProfileKind) -> serde_json::Value {
     let schema = match kind {
         ProfileKind::Hardware => schemars::schema_for!(HardwareProfile),
         ProfileKind::Workload => schemars::schema_for!(WorkloadProfile),
@@ -181,10 +182,6 @@ impl ProfileSet {
         self.nodes.iter().find(|e| e.value.id == id)
     }
 
-    /// Id of the memory-reserve row giving llama.cpp's per-GPU runtime overhead (CUDA context, cuBLAS
-    /// workspace); the memory model adds it to each GPU, so the planner does not reserve it again.
-    pub const LLAMA_CPP_GPU_OVERHEAD_RULE: &'static str = "gpu-llama-cpp-cuda-context";
-
     /// llama.cpp's per-GPU runtime overhead in bytes and the rule it comes from (0 and `None` without one):
     /// the `runtime-overhead` row for GPUs and llama.cpp.
     pub fn llama_cpp_gpu_overhead(&self) -> (u64, Option<&str>) {
@@ -218,7 +215,7 @@ impl ProfileSet {
     }
 
     /// The rule book of this set's tables, built once.
-    pub fn rule_book(&self) -> &RuleBook {
+    fn rule_book(&self) -> &RuleBook {
         self.book
             .get_or_init(|| RuleBook::new(self.rules.iter().map(|e| &e.value)))
     }
@@ -401,17 +398,17 @@ pub fn read_paths(paths: &[PathBuf]) -> (Vec<SourceFile>, Vec<Diagnostic>) {
 
 /// Directory levels below an overlay root that are searched. Real overlays are `DIR/{hardware,workloads,
 /// rules}/*.yaml`, two levels; 16 leaves room for any grouping while bounding the recursion.
-pub const MAX_OVERLAY_DEPTH: usize = 16;
+const MAX_OVERLAY_DEPTH: usize = 16;
 /// Distinct profile files read from all overlays together. The built-in set has 75; a thousand is more than
 /// any user set of devices, workloads and rule tables, and bounds the validations (each file is schema-checked
 /// and compared with every other).
 pub const MAX_OVERLAY_FILES: usize = 1_000;
 /// Bytes of profile files read from all overlays together. The built-in set is 183 KB (75 files, the largest
 /// under 10 KB); 16 MiB is 90 times that, and 16 files at the per-file limit [`MAX_PROFILE_BYTES`].
-pub const MAX_OVERLAY_BYTES: u64 = 16 << 20;
+const MAX_OVERLAY_BYTES: u64 = 16 << 20;
 /// Names ending in `.yaml` the walk of one overlay tree collects before duplicates are dropped: bounds the
 /// list of names (a few hundred bytes each) however many links a tree holds.
-pub const MAX_OVERLAY_NAMES: usize = 65_536;
+const MAX_OVERLAY_NAMES: usize = 65_536;
 
 /// The walk of one overlay tree. Directories are identified by (device, inode), so symbolic links that lead
 /// back up the tree (two self-links once made the walk exponential) are entered once; entries named `*.yaml`

@@ -19,7 +19,7 @@ const DATE_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$";
 const URL_PATTERN: &str = r"^https?://";
 
 /// The `schema_version` these types read.
-pub const SCHEMA_VERSION: u32 = 1;
+const SCHEMA_VERSION: u32 = 1;
 
 /// The id `recommend` gives the owned machine's option; no price row may take it.
 pub const OWNED_ID: &str = "owned";
@@ -108,7 +108,7 @@ pub struct CloudRow {
 /// `cloud.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CloudFile {
+pub(crate) struct CloudFile {
     pub schema_version: u32,
     pub prices: Vec<CloudRow>,
 }
@@ -145,7 +145,7 @@ pub struct PurchaseRow {
 /// `purchase.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PurchaseFile {
+pub(crate) struct PurchaseFile {
     pub schema_version: u32,
     /// Years a purchase is spread over unless `--amortisation-years` says otherwise (a default, not sourced).
     pub amortisation_years_default: f64,
@@ -157,13 +157,13 @@ pub struct PurchaseFile {
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[allow(dead_code)] // only its schema is used: files are read as the kind their rows say
-pub enum PriceFileSchema {
+enum PriceFileSchema {
     Cloud(CloudFile),
     Purchase(PurchaseFile),
 }
 
 /// The published schema of price files (both kinds).
-pub fn json_schema() -> serde_json::Value {
+pub(crate) fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(PriceFileSchema)).unwrap_or(serde_json::Value::Null)
 }
 
@@ -224,7 +224,7 @@ pub struct Prices {
 
 /// A parsed price file of either kind.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PriceFile {
+pub(crate) enum PriceFile {
     Cloud(CloudFile),
     Purchase(PurchaseFile),
 }
@@ -240,7 +240,7 @@ fn diag(path: &str, instance_path: String, message: impl Into<String>) -> Diagno
 /// Parses a price file; its kind is told by its rows: `usd_per_hour` (cloud) or `usd` (purchase), or a
 /// top-level `amortisation_years_default` (purchase). The file is checked against its kind's schema first, and
 /// every error is reported at its instance path with its row (`row 4 (id "x")`).
-pub fn parse(path: &str, text: &str) -> Result<PriceFile, Vec<Diagnostic>> {
+pub(crate) fn parse(path: &str, text: &str) -> Result<PriceFile, Vec<Diagnostic>> {
     let value: serde_json::Value = optimizer_input::yaml::from_str(text)
         .map_err(|e| vec![diag(path, String::new(), e.to_string())])?;
     let purchase = value.get("amortisation_years_default").is_some()
@@ -385,7 +385,7 @@ struct Common<'a> {
 
 /// Every defect of one file: the schema version, unique ids, the profile joins, dates (none after `today`
 /// unless it is a `valid-until` date), amounts and sizes.
-pub fn check(path: &str, file: &PriceFile, set: &ProfileSet, today: i64) -> Vec<Diagnostic> {
+pub(crate) fn check(path: &str, file: &PriceFile, set: &ProfileSet, today: i64) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let (version, rows): (u32, Vec<Common>) = match file {
         PriceFile::Cloud(f) => (

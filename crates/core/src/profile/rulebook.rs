@@ -91,7 +91,7 @@ impl<T> ByRuntime<T> {
 
 /// Every rule row in force, indexed for the queries the planner asks. Built once per profile set.
 #[derive(Debug, Clone, Default)]
-pub struct RuleBook {
+pub(crate) struct RuleBook {
     /// `reserve` rows by device kind, in table order (every runtime: a reserve query sums its own and `any`).
     reserves: BTreeMap<ReserveTarget, Vec<ReserveRule>>,
     /// `runtime-overhead` rows by device kind.
@@ -106,7 +106,7 @@ pub struct RuleBook {
 }
 
 /// Every row of kind `T` in `tables`, in table order.
-pub fn rows<'a, T: RuleRow + 'a>(
+pub(crate) fn rows<'a, T: RuleRow + 'a>(
     tables: impl Iterator<Item = &'a RuleTable>,
 ) -> impl Iterator<Item = &'a T> {
     tables.flat_map(T::of)
@@ -114,7 +114,7 @@ pub fn rows<'a, T: RuleRow + 'a>(
 
 impl RuleBook {
     /// Indexes the rows of `tables` (in order).
-    pub fn new<'a>(tables: impl Iterator<Item = &'a RuleTable> + Clone) -> Self {
+    pub(crate) fn new<'a>(tables: impl Iterator<Item = &'a RuleTable> + Clone) -> Self {
         let mut b = RuleBook::default();
         for r in rows::<ReserveRule>(tables.clone()) {
             match r.role {
@@ -157,7 +157,7 @@ impl RuleBook {
     }
 
     /// See [`super::ProfileSet::reserve`].
-    pub fn reserve(
+    pub(crate) fn reserve(
         &self,
         target: ReserveTarget,
         runtime: RuntimeId,
@@ -192,7 +192,7 @@ impl RuleBook {
     }
 
     /// See [`super::ProfileSet::runtime_overhead`].
-    pub fn runtime_overhead(
+    pub(crate) fn runtime_overhead(
         &self,
         target: ReserveTarget,
         runtime: RuntimeId,
@@ -201,7 +201,7 @@ impl RuleBook {
     }
 
     /// See [`super::ProfileSet::efficiency`].
-    pub fn efficiency(
+    pub(crate) fn efficiency(
         &self,
         device: ReserveTarget,
         runtime: RuntimeId,
@@ -220,12 +220,16 @@ impl RuleBook {
     }
 
     /// See [`super::ProfileSet::cpu_threads`].
-    pub fn cpu_threads(&self, objective: Objective) -> Option<&ThreadRule> {
+    pub(crate) fn cpu_threads(&self, objective: Objective) -> Option<&ThreadRule> {
         self.threads.get(&objective)
     }
 
     /// See [`super::ProfileSet::precision`].
-    pub fn precision(&self, runtime: RuntimeId, cc: Option<Capability>) -> Option<&PrecisionRule> {
+    pub(crate) fn precision(
+        &self,
+        runtime: RuntimeId,
+        cc: Option<Capability>,
+    ) -> Option<&PrecisionRule> {
         self.precision.get(&device_of(cc))?.best(
             runtime,
             |r| admits(&r.compute_capability, cc),
@@ -234,7 +238,7 @@ impl RuleBook {
     }
 
     /// See [`super::ProfileSet::attention`].
-    pub fn attention(
+    pub(crate) fn attention(
         &self,
         runtime: RuntimeId,
         cc: Option<Capability>,
@@ -251,7 +255,7 @@ impl RuleBook {
     }
 
     /// See [`super::ProfileSet::kv_cache`].
-    pub fn kv_cache(&self, runtime: RuntimeId, cache_type: &str) -> Option<&KvCacheRule> {
+    pub(crate) fn kv_cache(&self, runtime: RuntimeId, cache_type: &str) -> Option<&KvCacheRule> {
         self.kv_cache
             .get(&cache_type.to_ascii_lowercase())?
             .best(runtime, |_| true, |_| 0)

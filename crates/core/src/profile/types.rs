@@ -363,7 +363,7 @@ pub struct CapabilityRange {
 }
 
 /// A compute capability as (major, minor).
-pub type Capability = (u32, u32);
+pub(crate) type Capability = (u32, u32);
 
 impl CapabilityRange {
     /// No bound on either end.
@@ -372,7 +372,7 @@ impl CapabilityRange {
     }
 
     /// Whether two ranges share a capability (unparsable bounds count as open, as in [`Self::contains`]).
-    pub fn overlaps(&self, other: &CapabilityRange) -> bool {
+    pub(crate) fn overlaps(&self, other: &CapabilityRange) -> bool {
         let (a_lo, a_hi) = self.bounds();
         let (b_lo, b_hi) = other.bounds();
         let below = |hi: Option<Capability>, lo: Option<Capability>| matches!((hi, lo), (Some(h), Some(l)) if h < l);
@@ -380,7 +380,7 @@ impl CapabilityRange {
     }
 
     /// The bounds; an unparsable bound counts as open (validation reports it).
-    pub fn bounds(&self) -> (Option<Capability>, Option<Capability>) {
+    pub(crate) fn bounds(&self) -> (Option<Capability>, Option<Capability>) {
         let parse = |s: &Option<String>| s.as_deref().and_then(crate::hardware::parse_capability);
         (parse(&self.min), parse(&self.max))
     }

@@ -27,30 +27,30 @@ use serde_json::{Value, json};
 use crate::fleet::DeviceKind;
 
 /// Where the model volume is mounted in the container.
-pub const MODEL_MOUNT: &str = "/models";
+pub(crate) const MODEL_MOUNT: &str = "/models";
 /// The PersistentVolumeClaim holding the model (a placeholder: create it and copy the model file or directory
 /// to its root under the same name).
-pub const MODEL_CLAIM: &str = "optimizer-models";
+pub(crate) const MODEL_CLAIM: &str = "optimizer-models";
 /// Seconds between probes (kubelet's default is also 10 s).
-pub const PROBE_PERIOD_S: u32 = 10;
+pub(crate) const PROBE_PERIOD_S: u32 = 10;
 /// Startup probe failures allowed before the container is restarted: 180 × 10 s = 30 minutes, time to read a
 /// 100+ GB model from network storage at about 100 MB/s; the server answers /health with 503 while it loads.
-pub const STARTUP_FAILURES: u32 = 180;
+pub(crate) const STARTUP_FAILURES: u32 = 180;
 /// Liveness failures before a restart: 3 (kubelet's default), half a minute of an unresponsive server.
-pub const LIVENESS_FAILURES: u32 = 3;
+pub(crate) const LIVENESS_FAILURES: u32 = 3;
 /// One MiB; memory requests are written in whole MiB, rounded up.
 const MIB: u64 = 1 << 20;
 
 /// An environment variable read from a Secret when the Secret exists (`optional: true`): the server runs
 /// without it otherwise.
-pub struct SecretEnv<'a> {
+pub(crate) struct SecretEnv<'a> {
     pub name: &'a str,
     pub secret: &'a str,
     pub key: &'a str,
 }
 
 /// What one serving container needs.
-pub struct Server<'a> {
+pub(crate) struct Server<'a> {
     /// Deployment, Service, container and `app` label name.
     pub name: &'a str,
     pub image: &'a str,
@@ -78,7 +78,7 @@ pub struct Server<'a> {
 
 /// The device plugin's resource name for a GPU kind (NVIDIA k8s-device-plugin `nvidia.com/gpu`, AMD
 /// k8s-device-plugin `amd.com/gpu`); Apple GPUs have none.
-pub fn gpu_resource(kind: DeviceKind) -> Option<&'static str> {
+pub(crate) fn gpu_resource(kind: DeviceKind) -> Option<&'static str> {
     match kind {
         DeviceKind::Cuda => Some("nvidia.com/gpu"),
         DeviceKind::Rocm => Some("amd.com/gpu"),
@@ -93,7 +93,7 @@ const LABEL_VALUE_MAX: usize = 63;
 /// outside `[A-Za-z0-9-_. ]` dropped, runs of blanks joined by one `-` (NVIDIA/k8s-device-plugin
 /// internal/lm/resource.go `sanitise`), so `NVIDIA A100-SXM4-80GB` is `NVIDIA-A100-SXM4-80GB`. None when the
 /// result is not a valid label value (empty, too long, or not starting and ending alphanumeric).
-pub fn gpu_product_label(name: &str) -> Option<String> {
+fn gpu_product_label(name: &str) -> Option<String> {
     let kept: String = name
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || "-_. ".contains(*c))
@@ -108,7 +108,7 @@ pub fn gpu_product_label(name: &str) -> Option<String> {
 
 /// The `nvidia.com/gpu.product` label of a plan's GPUs when they are all one product ([`gpu_product_label`]);
 /// none for mixed products (no one node label matches them all) or no GPUs.
-pub fn common_gpu_product_label(names: &[&str]) -> Option<String> {
+pub(crate) fn common_gpu_product_label(names: &[&str]) -> Option<String> {
     match names {
         [first, rest @ ..] if rest.iter().all(|n| n == first) => gpu_product_label(first),
         _ => None,
@@ -116,13 +116,13 @@ pub fn common_gpu_product_label(names: &[&str]) -> Option<String> {
 }
 
 /// Bytes as a Kubernetes quantity in whole MiB, rounded up (`6144Mi`).
-pub fn mebibytes(bytes: u64) -> String {
+fn mebibytes(bytes: u64) -> String {
     format!("{}Mi", bytes.div_ceil(MIB))
 }
 
 impl Server<'_> {
     /// The requests (`cpu`, `memory`, GPUs) and the limits (GPUs only, see the module doc).
-    pub fn resources(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    pub(crate) fn resources(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
         let mut requests = BTreeMap::new();
         requests.insert("cpu".to_string(), self.cpus.max(1).to_string());
         if let Some(b) = self.memory_bytes {
@@ -139,7 +139,7 @@ impl Server<'_> {
     }
 
     /// The Deployment and the Service, as one multi-document YAML text.
-    pub fn manifest(&self) -> String {
+    pub(crate) fn manifest(&self) -> String {
         let labels = json!({ "app": self.name });
         let (requests, limits) = self.resources();
         let mut env: Vec<Value> = self
@@ -225,7 +225,7 @@ impl Server<'_> {
 }
 
 /// Drops the variables that pin devices on a host: inside a container the device plugin does that.
-pub fn container_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn container_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     env.iter()
         .filter(|(k, _)| {
             !matches!(
@@ -238,7 +238,7 @@ pub fn container_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String>
 }
 
 /// The container path of a model file or directory: its own name under [`MODEL_MOUNT`].
-pub fn model_in_container(model_path: &str) -> String {
+pub(crate) fn model_in_container(model_path: &str) -> String {
     let name = std::path::Path::new(model_path).file_name().map_or_else(
         || model_path.to_string(),
         |n| n.to_string_lossy().into_owned(),

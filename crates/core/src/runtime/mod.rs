@@ -8,7 +8,7 @@
 //! every rung, which loses the rungs below the first that fits (they are never faster) and keeps a plan's cost
 //! logarithmic in the layer count.
 
-pub mod kubernetes;
+pub(crate) mod kubernetes;
 pub mod llama_cpp;
 pub mod torch;
 pub mod vllm;
@@ -19,7 +19,7 @@ use std::fmt;
 use crate::emit::{Artifact, MemoryDevice, Provenance, Settings, Source, Topology};
 use crate::fleet::Fleet;
 use crate::perf;
-pub use crate::profile::RuntimeId;
+pub(crate) use crate::profile::RuntimeId;
 use crate::profile::{ContextPolicy, Mode, Objective, ProfileSet, WorkloadProfile};
 use optimizer_model::ModelSpec;
 

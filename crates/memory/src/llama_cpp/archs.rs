@@ -57,7 +57,7 @@ const KDA: &str =
 const DSA: &str = "a sparse-attention indexer cache (llama_kv_cache_dsa)";
 
 /// Architectures for which `create_memory` returns no memory (`res = nullptr`): no KV cache, no state.
-pub const NO_MEMORY: &[&str] = &[
+pub(crate) const NO_MEMORY: &[&str] = &[
     "bert",
     "jina-bert-v2",
     "jina-bert-v3",
@@ -120,7 +120,7 @@ pub(super) fn check(arch: &str) -> Result<(), ParamError> {
 }
 
 /// Whether the architecture's memory was checked against the engine (see [`VERIFIED`]).
-pub fn verified(arch: &str) -> bool {
+fn verified(arch: &str) -> bool {
     VERIFIED.contains(&arch)
 }
 

@@ -35,11 +35,12 @@ use serde::Serialize;
 use optimizer_model::{GgmlType, ModelSpec};
 
 #[doc(hidden)]
-pub use archs::{NO_MEMORY, UNMODELLED, VERIFIED, verified};
+pub use archs::{UNMODELLED, VERIFIED};
 pub use compute::ComputeTerms;
 pub use compute::{COMPUTE_CONSTANTS, ComputeConstants};
 pub use error::ParamError;
-pub use kv::{CacheKind, CacheMemory, row_size};
+pub(crate) use kv::CacheMemory;
+pub use kv::{CacheKind, row_size};
 pub use layers::layer_devices;
 pub use weights::repacks;
 

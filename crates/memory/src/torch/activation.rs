@@ -229,7 +229,7 @@ pub fn layer_bytes(l: &LayerShape, t: &Trained, step: &Step) -> u128 {
 /// Bytes the logits and the loss hold at their peak, at `batch × seq` tokens over `vocab` entries: the logits
 /// in the activation type, Hugging Face's FP32 upcast for the loss (`ForCausalLMLoss`: `logits.float()`), and
 /// `log_softmax`'s saved FP32 output; during the backward its FP32 gradient and the logits' gradient.
-pub fn logits_bytes(elem: u64, batch: u64, seq: u64, vocab: u64) -> u128 {
+fn logits_bytes(elem: u64, batch: u64, seq: u64, vocab: u64) -> u128 {
     let cells = u128::from(batch) * u128::from(seq) * u128::from(vocab);
     // The logits (elem), the saved log_softmax output (4) and the two FP32 gradients live together at the
     // start of the backward pass (4 + 4); an FP32 model's upcast is the tensor itself.

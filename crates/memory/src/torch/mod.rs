@@ -42,14 +42,14 @@ pub const STACK: &[(&str, &str)] = &[
 pub const DEEPSPEED_VERSION: &str = "0.19.8";
 
 /// bitsandbytes' NF4 block: 64 weights share one absmax (`Linear4bit` default `blocksize=64`, QLoRA §3).
-pub const NF4_BLOCK: u64 = 64;
+const NF4_BLOCK: u64 = 64;
 /// Double quantization quantizes the absmax values to 8 bits in blocks of 256, each with one FP32 absmax
 /// (`compress_statistics=True`, bitsandbytes functional.py `quantize_4bit`: `quantize_blockwise(absmax,
 /// blocksize=256)`; QLoRA §3 "Double Quantization": 8-bit floats, block size 256).
-pub const DOUBLE_QUANT_BLOCK: u64 = 256;
+const DOUBLE_QUANT_BLOCK: u64 = 256;
 /// bitsandbytes' 8-bit optimizers quantize each state in blocks of 2048 values with one FP32 absmax each
 /// (bitsandbytes optim/optimizer.py `Optimizer8bit`: blockwise, `block_size = 2048` in `init_state`).
-pub const OPTIM_8BIT_BLOCK: u64 = 2048;
+const OPTIM_8BIT_BLOCK: u64 = 2048;
 
 /// How the model is trained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -85,7 +85,7 @@ pub enum Precision {
 
 impl Precision {
     /// Bytes of one activation element.
-    pub fn bytes(self) -> u64 {
+    pub(crate) fn bytes(self) -> u64 {
         match self {
             Precision::Bf16 | Precision::Fp16 => 2,
             Precision::Fp32 => 4,
@@ -343,7 +343,7 @@ pub fn nf4_bytes(n: u64) -> u64 {
 /// Bytes of one weight matrix of `n` parameters and `rows` output rows in bitsandbytes LLM.int8: one byte per
 /// weight (`Int8Params.CB`) and one FP32 scale per output row (`SCB`, row-wise absmax quantization; Dettmers et
 /// al. 2022, "LLM.int8()", §3.1 vector-wise quantization).
-pub fn int8_bytes(n: u64, rows: u64) -> u64 {
+fn int8_bytes(n: u64, rows: u64) -> u64 {
     n.saturating_add(rows.saturating_mul(4))
 }
 

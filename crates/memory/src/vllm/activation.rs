@@ -99,7 +99,7 @@ pub fn sampler_path(gpu: &GpuFacts) -> SamplerPath {
 /// FlashInfer's `top_k_top_p_sampling_from_logits` with a per-request top-k tensor (so not its integer-k fast
 /// path) in its default `top_k_first` order: `top_k_mask_logits`'s output (4) and the softmax probabilities (4).
 /// 4 + 4 + 4 = 12.
-pub const FLASHINFER_FP32_BYTES_PER_LOGIT: u64 = 12;
+const FLASHINFER_FP32_BYTES_PER_LOGIT: u64 = 12;
 /// The same on the Triton path: the fp32 copy only; the kernel masks in place and Gumbel sampling keeps one
 /// value and index per 1024-wide block (`gumbel_sample`).
 pub const TRITON_FP32_BYTES_PER_LOGIT: u64 = 4;
@@ -114,7 +114,7 @@ const TRITON_ROW_BYTES_PER_TOKEN: u64 = 4;
 /// values 1024, stop ids 128 (12,800 B); `BadWordsState` (bad_words.py) tokens `VLLM_MAX_BAD_WORDS_TOTAL_TOKENS`
 /// 1024 and offsets `VLLM_MAX_NUM_BAD_WORDS + 1` = 129 (4,612 B); `LogprobTokenIdsState` (logprob.py)
 /// `MAX_LOGPROB_TOKEN_IDS` 128 (512 B). 12,800 + 4,612 + 512 = 17,924.
-pub const SAMPLER_SLOT_TABLE_BYTES: u64 = 17_924;
+const SAMPLER_SLOT_TABLE_BYTES: u64 = 17_924;
 
 /// Multiplier on the forward's structural count, fitted (see module doc): 2.07 GiB measured / 1.907 GiB counted
 /// for Llama-3.1-8B at 20000 tokens = 1.085.

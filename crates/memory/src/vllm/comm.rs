@@ -69,13 +69,13 @@ fn custom_ar_cap_bytes(cc: (u32, u32), tp: u32) -> Option<u64> {
 }
 
 /// `CustomAllreduce.__init__`'s default `max_size` (8192 × 1024).
-pub const CUSTOM_AR_DEFAULT_MAX_BYTES: u64 = 8192 * 1024;
+const CUSTOM_AR_DEFAULT_MAX_BYTES: u64 = 8192 * 1024;
 /// `CustomAllreduce._DEFAULT_ALL_GATHER_MAX_SIZE`.
 const CUSTOM_AR_ALL_GATHER_BYTES: u64 = 2 * MIB;
 /// `CustomAllreduce._DEFAULT_REDUCE_SCATTER_MAX_SIZE` (and `_DEFAULT_MNNVL_REDUCE_SCATTER_MAX_SIZE`).
 const CUSTOM_AR_REDUCE_SCATTER_BYTES: u64 = 16 * MIB;
 /// `CustomAllreduce.rank_data`: "Allocating 8MB is enough for 65536 such tuples".
-pub const CUSTOM_AR_RANK_DATA_BYTES: u64 = 8 * MIB;
+const CUSTOM_AR_RANK_DATA_BYTES: u64 = 8 * MIB;
 /// `_init_mnnvl_buffer`: `buffer_size = stage_size * 6`.
 const CUSTOM_AR_MNNVL_STAGES: u64 = 6;
 /// FlashInfer's `MNNVL_ONE_SHOT_THRESHOLD = 64 * 1024 * 8 * 2` (flashinfer/comm/trtllm_mnnvl_ar.py).
@@ -183,7 +183,7 @@ pub fn tp_buffers(
 
 /// `MNNVLAllReduceFusionWorkspace.__init__` with `buffer_size_in_bytes` unset: three Lamport buffers of the
 /// larger of the one-shot and two-shot sizes (`get_required_buffer_size_bytes`).
-pub fn mnnvl_workspace_bytes(tp: u64, tokens: u64, hidden: u64, elem: u64) -> u64 {
+fn mnnvl_workspace_bytes(tp: u64, tokens: u64, hidden: u64, elem: u64) -> u64 {
     let row = hidden * elem;
     let one_shot_tokens = (MNNVL_ONE_SHOT_THRESHOLD / (tp * row)).min(tokens);
     let one_shot = one_shot_tokens * row * tp;

@@ -70,7 +70,7 @@ use super::{GpuFacts, Params};
 /// The platform's default capture ceiling on CUDA before compute capability 10.x.
 pub const DEFAULT_MAX_GRAPH_SIZE: u32 = 512;
 /// The ceiling on data-centre Blackwell (compute capability 10.x).
-pub const BLACKWELL_DC_MAX_GRAPH_SIZE: u32 = 1024;
+const BLACKWELL_DC_MAX_GRAPH_SIZE: u32 = 1024;
 /// The CUDA driver's device memory per instantiated graph, before its nodes: MEASURED on an H100 80GB HBM3
 /// (driver 580.159.04, CUDA 13.0, torch 2.11): 512 one-node graphs took 114,688 B each
 /// (tests/fixtures/vllm/device/graphs/nodes-1.json), less one element-wise node ([`ELEMENTWISE_NODE_BYTES`]).
@@ -87,11 +87,11 @@ pub const CUDA_GRAPH_BYTES_PER_NODE: u64 = 2_930;
 /// gate/up, activation, down, add and norm, qkv, rotary): 11 to 13 as torch inductor compiles a Llama-3.1-8B piece
 /// for 1 to 512 tokens on the H100 (vLLM 0.33 compiles with inductor, custom ops off), the most taken
 /// (tests/fixtures/vllm/device/compiled-piece-nodes.json).
-pub const NODES_PER_PIECE: u64 = 13;
+const NODES_PER_PIECE: u64 = 13;
 /// A FULL graph's nodes for one layer's attention on top of its piece: the KV-cache write
 /// (`reshape_and_cache_flash`), the attention kernel and FlashAttention 3's split-KV combine
 /// (vllm/v1/attention/backends/flash_attn.py `FlashAttentionImpl.forward`).
-pub const ATTENTION_NODES_PER_LAYER: u64 = 3;
+const ATTENTION_NODES_PER_LAYER: u64 = 3;
 /// FITTED (a bound, see the module doc): the driver's share of every Model Runner V2 capture logged, at most
 /// this many thousandths of the H100-measured cost of the same graphs.
 pub const CUDA_GRAPH_DRIVER_SCALE_PERMILLE: u64 = 1_479;
@@ -148,7 +148,7 @@ impl CudaGraphBytes {
 }
 
 /// The default ceiling for the GPU: 1024 on compute capability 10.x, 512 otherwise (and when unknown).
-pub fn default_max_graph_size(gpu: &GpuFacts) -> u32 {
+pub(crate) fn default_max_graph_size(gpu: &GpuFacts) -> u32 {
     match gpu.compute_capability {
         Some((BLACKWELL_DC_MAJOR, _)) => BLACKWELL_DC_MAX_GRAPH_SIZE,
         _ => DEFAULT_MAX_GRAPH_SIZE,
@@ -176,7 +176,7 @@ fn grid(max: u32) -> Vec<u32> {
 
 /// The default capture sizes with `decode_query_len` tokens per decode request (`1 + num_speculative_tokens`),
 /// ascending (`_set_cudagraph_sizes`; the single-tier schedule, not dynamic speculative decoding).
-pub fn capture_sizes_for(
+fn capture_sizes_for(
     max_num_seqs: u32,
     max_num_batched_tokens: u32,
     max_graph_size: u32,

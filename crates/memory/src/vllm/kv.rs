@@ -30,7 +30,7 @@ use super::weights::kv_heads_per_rank;
 use super::{Kv, KvCacheDtype, KvCapacity, LayerKind, Params};
 
 /// `max_concurrent_batches` with async scheduling on the V1 model runner (vllm/config/vllm.py), the default.
-pub const MAX_CONCURRENT_BATCHES: u64 = 2;
+const MAX_CONCURRENT_BATCHES: u64 = 2;
 /// `_get_kv_cache_groups_uniform_page_size`: a larger type uses the larger count as group size when it has
 /// fewer than 1.5× the smaller type's layers.
 const GROUP_SIZE_RATIO: f64 = 1.5;

@@ -14,7 +14,7 @@
 //! (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` defaults to 1, vllm/envs.py):
 //! `available_kv = requested − non_kv_cache_memory − cudagraph estimate` ([`available_kv_bytes`]).
 //! The non-torch memory created before the snapshot ([`NonKv::non_torch_bytes`]) is therefore outside the
-//! budget: it must fit in `total − requested` ([`startup_fits`]).
+//! budget: vLLM starts only when it fits in `total − requested` (`request_memory`).
 //!
 //! Exact: weights per rank ([`weights`]), KV pages, grouping, blocks, tokens and concurrency ([`kv`],
 //! [`kv_capacity`]), the runner's sampler buffers and the sampler's share of the profiling peak
@@ -36,24 +36,19 @@ mod weights;
 use optimizer_model::{Format, ModelSpec};
 
 pub use activation::{
-    ACTIVATION_FIT, FLASHINFER_FP32_BYTES_PER_LOGIT, SAMPLER_SLOT_TABLE_BYTES, SamplerPath,
-    TRITON_FP32_BYTES_PER_LOGIT, activation_peak_bytes, runner_buffers_bytes, sampler_path,
+    ACTIVATION_FIT, SamplerPath, TRITON_FP32_BYTES_PER_LOGIT, activation_peak_bytes,
+    runner_buffers_bytes, sampler_path,
 };
-pub use comm::{
-    CUSTOM_AR_DEFAULT_MAX_BYTES, CUSTOM_AR_RANK_DATA_BYTES, TpBuffers, mnnvl_workspace_bytes,
-    symm_mem_buffer_bytes, tp_buffers,
-};
+pub(crate) use comm::TpBuffers;
+pub use comm::{symm_mem_buffer_bytes, tp_buffers};
 pub use graphs::{
-    ATTENTION_NODES_PER_LAYER, BLACKWELL_DC_MAX_GRAPH_SIZE, CUDA_GRAPH_BYTES_PER_GRAPH,
-    CUDA_GRAPH_BYTES_PER_NODE, CUDA_GRAPH_DRIVER_SCALE_PERMILLE, CapturePlan, CudaGraphBytes,
-    CudaGraphMode, DEFAULT_MAX_GRAPH_SIZE, ELEMENTWISE_NODE_BYTES, NODES_PER_PIECE, capture_plan,
-    capture_sizes, capture_sizes_for, cuda_graph_breakdown, cuda_graph_bytes,
-    default_max_graph_size, driver_bytes, driver_bytes_scaled,
+    CUDA_GRAPH_BYTES_PER_GRAPH, CUDA_GRAPH_BYTES_PER_NODE, CUDA_GRAPH_DRIVER_SCALE_PERMILLE,
+    CudaGraphMode, DEFAULT_MAX_GRAPH_SIZE, ELEMENTWISE_NODE_BYTES, capture_plan, capture_sizes,
+    cuda_graph_breakdown, cuda_graph_bytes, driver_bytes, driver_bytes_scaled,
 };
-pub use kv::{MAX_CONCURRENT_BATCHES, enough};
-pub use weights::{
-    Split, VOCAB_PADDING, is_spec_layer, kv_heads_per_rank, pad_vocab, split_of, trunk_end,
-};
+pub use kv::enough;
+pub(crate) use weights::kv_heads_per_rank;
+pub use weights::{is_spec_layer, pad_vocab, trunk_end};
 
 /// The vLLM release every rule here follows.
 pub const VERSION: &str = "0.33.0";
@@ -81,7 +76,7 @@ pub const NON_TORCH_TP1_BYTES: u64 = 623_706_112;
 /// logs it was read from already held some of those buffers (the symmetric-memory and custom all-reduce
 /// ones existed then), so at TP 2 on an H100 the sum may count up to 0.19 GiB twice, outside the budget,
 /// where it only tightens the start-up check.
-pub const NON_TORCH_TP_EXTRA_BYTES: u64 = 430 << 20;
+const NON_TORCH_TP_EXTRA_BYTES: u64 = 430 << 20;
 /// The same with TP > 1 before vLLM's own all-reduce buffers: [`NON_TORCH_TP1_BYTES`] +
 /// [`NON_TORCH_TP_EXTRA_BYTES`]; [`non_kv`] adds [`TpBuffers::before_snapshot_bytes`].
 pub const NON_TORCH_TP_BYTES: u64 = NON_TORCH_TP1_BYTES + NON_TORCH_TP_EXTRA_BYTES;
@@ -382,14 +377,6 @@ pub fn available_kv_bytes(requested: u64, non_kv: &NonKv) -> Result<u64, VllmMem
         Some(v) if v > 0 => Ok(v),
         _ => Err(VllmMemoryError::NoRoomForKv { requested, used }),
     }
-}
-
-/// vLLM refuses to start when the free memory after context creation is below the requested memory
-/// (`request_memory`): `requested + non_torch ≤ total`.
-pub fn startup_fits(total_gpu_bytes: u64, requested: u64, non_kv: &NonKv) -> bool {
-    requested
-        .checked_add(non_kv.non_torch_bytes)
-        .is_some_and(|v| v <= total_gpu_bytes)
 }
 
 pub fn kv_capacity(available_kv_bytes: u64, kv: &Kv, p: &Params) -> KvCapacity {

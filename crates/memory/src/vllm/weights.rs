@@ -53,11 +53,11 @@ use optimizer_model::{
 use super::{Dtype, RankWeights};
 
 /// `DEFAULT_VOCAB_PADDING_SIZE` in vllm/model_executor/layers/vocab_parallel_embedding.py.
-pub const VOCAB_PADDING: u64 = 64;
+const VOCAB_PADDING: u64 = 64;
 
 /// How vLLM places one tensor across tensor-parallel ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Split {
+pub(crate) enum Split {
     /// Every rank holds it whole.
     Replicated,
     /// Split evenly across ranks (column or row parallel, fused experts).
@@ -205,7 +205,7 @@ fn is_bias(name: &str) -> bool {
 
 /// The split vLLM applies to one tensor, from its role and name; `None` when the name is not one vLLM's
 /// parallel layers are known to take (counted replicated, and reported).
-pub fn split_of(t: &TensorInfo) -> Option<Split> {
+fn split_of(t: &TensorInfo) -> Option<Split> {
     let lower = t.name.to_ascii_lowercase();
     if t.role == Role::Norm {
         return Some(Split::Replicated);
@@ -272,7 +272,7 @@ fn loaded_bytes(t: &TensorInfo, dtype: Dtype) -> Result<u64, VllmMemoryError> {
 }
 
 /// Heads of query and key/value per rank, with vLLM's `QKVParallelLinear` rule.
-pub fn kv_heads_per_rank(kv_heads: u64, tp: u64) -> Result<u64, VllmMemoryError> {
+pub(crate) fn kv_heads_per_rank(kv_heads: u64, tp: u64) -> Result<u64, VllmMemoryError> {
     if kv_heads == 0 || tp == 0 {
         return Err(VllmMemoryError::Params(format!(
             "kv heads {kv_heads} and tensor parallel {tp} must be positive"

@@ -6,7 +6,7 @@ use super::*;
 /// The share of the machine's memory a unified-memory GPU may hold, from a profile's working-set tiers: the
 /// first tier whose `below_memory_bytes` exceeds `memory_bytes` (or that has none). `None` when no tier
 /// applies or the applying tier's fraction is not in (0, 1].
-pub fn working_set_fraction(tiers: &[WorkingSetTier], memory_bytes: u64) -> Option<f64> {
+fn working_set_fraction(tiers: &[WorkingSetTier], memory_bytes: u64) -> Option<f64> {
     let t = tiers
         .iter()
         .find(|t| t.below_memory_bytes.is_none_or(|b| memory_bytes < b))?;

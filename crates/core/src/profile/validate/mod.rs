@@ -33,12 +33,12 @@ use workload::check_workload;
 
 /// Published TFLOPS and SMs × boost clock × per-SM rate agree within 5 %: vendors round, and some quote a
 /// clock a few MHz off the one in their own tables.
-pub const TFLOPS_TOLERANCE: f64 = 0.05;
+const TFLOPS_TOLERANCE: f64 = 0.05;
 
 /// Most sequences a workload may serve at once: the pinned llama.cpp refuses more (`LLAMA_MAX_SEQ` = 256 in
 /// src/llama-cparams.h; llama_context throws "n_seq_max must be <= 256"), and vLLM's `max_num_seqs` defaults
 /// to 256 as well. A larger preset would plan a server that does not start.
-pub const MAX_CONCURRENCY: u64 = 256;
+const MAX_CONCURRENCY: u64 = 256;
 
 /// Longest context, per sequence, a workload may ask for (also bounds its floor, its prompt and generation
 /// lengths and a training sequence): 10 Mi tokens is above the longest trained context released (Llama 4
@@ -49,15 +49,15 @@ pub const MAX_CONTEXT_TOKENS: u64 = 10 * 1024 * 1024;
 /// Largest training micro-batch per device, in sequences: Llama 2's whole global batch is 1,024 sequences
 /// (4M tokens of 4,096); a per-device micro-batch four times that is a typo, and micro-batch ×
 /// [`MAX_CONTEXT_TOKENS`] stays below 2^36 tokens.
-pub const MAX_MICRO_BATCH: u64 = 4096;
+const MAX_MICRO_BATCH: u64 = 4096;
 
 /// Largest LoRA rank: a rank above the widest released hidden size (Llama 3.1 405B, 16,384) is no longer a
 /// low-rank adapter.
-pub const MAX_LORA_RANK: u64 = 16_384;
+const MAX_LORA_RANK: u64 = 16_384;
 
 /// Largest SLA target in milliseconds: one hour to the first token or per output token is no service level;
 /// a larger figure is a unit mistake (microseconds for milliseconds).
-pub const MAX_SLA_MS: f64 = 3_600_000.0;
+const MAX_SLA_MS: f64 = 3_600_000.0;
 
 /// Largest fixed memory reserve per device row: 1 TiB is above any single device's memory (the largest GPUs
 /// hold 192-288 GB; the largest reserve in the built-in table is 1 GiB), so a larger figure is a unit
@@ -66,14 +66,14 @@ pub const MAX_RESERVE_FIXED_BYTES: u64 = 1 << 40;
 
 /// Most threads per physical core a thread rule may ask for: the widest SMT in production is 8 ways (IBM
 /// POWER8-10); the bound also keeps cores × threads per core inside `u32`.
-pub const MAX_THREADS_PER_CORE: u32 = 8;
+const MAX_THREADS_PER_CORE: u32 = 8;
 
 /// Largest `min_gain` a kv-cache rule may state: a required gain above 10× is no threshold (absent `min_gain`
 /// says "never for speed").
-pub const MAX_KV_MIN_GAIN: f64 = 10.0;
+const MAX_KV_MIN_GAIN: f64 = 10.0;
 
 /// KV cache types the pinned llama.cpp accepts for `-ctk`/`-ctv` (common/arg.cpp `kv_cache_types`).
-pub const LLAMA_CPP_KV_CACHE_TYPES: &[&str] = &[
+const LLAMA_CPP_KV_CACHE_TYPES: &[&str] = &[
     "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
 ];
 
@@ -144,7 +144,10 @@ pub fn validate_files(
 /// and tested): every file is checked alone as [`validate_files`] does, a file whose id equals one in `base`
 /// replaces it, and the checks across files run over the whole set in force, so an overlay row that
 /// conflicts with a built-in one is reported at the overlay's file.
-pub fn validate_overlay(base: ProfileSet, files: &[SourceFile]) -> (ProfileSet, Vec<Diagnostic>) {
+pub(crate) fn validate_overlay(
+    base: ProfileSet,
+    files: &[SourceFile],
+) -> (ProfileSet, Vec<Diagnostic>) {
     validate_into(base, files, true)
 }
 

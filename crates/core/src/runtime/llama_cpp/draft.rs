@@ -26,11 +26,11 @@ use optimizer_model::{GgmlType, MetaValue, ModelSpec};
 
 /// `SPEC_VOCAB_MAX_SIZE_DIFFERENCE` (common/speculative.cpp L30): the most the two vocabularies' token counts
 /// may differ by.
-pub const MAX_VOCAB_SIZE_DIFFERENCE: u64 = 128;
+const MAX_VOCAB_SIZE_DIFFERENCE: u64 = 128;
 
 /// The draft's KV cache type when `-ctkd`/`-ctvd` are not given (common/common.h
 /// `common_params_speculative_draft::cache_type_k`, `cache_type_v`).
-pub const DRAFT_CACHE_TYPE: GgmlType = GgmlType::F16;
+const DRAFT_CACHE_TYPE: GgmlType = GgmlType::F16;
 
 /// The engine's vocabulary type for `tokenizer.ggml.model` (src/llama-vocab.cpp `llama_vocab::impl::load`:
 /// `gpt2`, `hybriddna` and `whitespace` all load as BPE; `none` and `no_vocab` as none).
@@ -149,7 +149,7 @@ pub fn compatible(target: &ModelSpec, draft: &ModelSpec) -> Result<(), Incompati
 }
 
 /// `-ngld` for every layer of the draft and its output layer (the count `llama_model::n_gpu_layers` gives -1).
-pub fn all_layers(draft: &ModelSpec) -> u32 {
+pub(crate) fn all_layers(draft: &ModelSpec) -> u32 {
     draft
         .hparams
         .block_count

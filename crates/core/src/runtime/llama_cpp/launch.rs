@@ -30,43 +30,43 @@ use super::{CTX_STEP, MAX_CONTEXT_PER_SEQUENCE};
 
 /// The address llama-server listens on: every interface (its default, 127.0.0.1, is unreachable from outside
 /// a pod or from another machine).
-pub const HOST: &str = "0.0.0.0";
+pub(crate) const HOST: &str = "0.0.0.0";
 /// llama-server's default port (common/common.h `common_params::port`), given explicitly so the manifest's
 /// probes and Service cannot drift from it.
-pub const PORT: u16 = 8080;
+pub(crate) const PORT: u16 = 8080;
 /// The health endpoint: 503 while the model loads, 200 once it serves (tools/server/server.cpp, public: no
 /// API key needed).
-pub const HEALTH_PATH: &str = "/health";
+pub(crate) const HEALTH_PATH: &str = "/health";
 /// The variable llama-server reads its API keys from (common/arg.cpp `--api-key` `set_env("LLAMA_API_KEY")`,
 /// recorded in the argument table). Emitted empty in `env`: the handler skips empty keys, so the server runs
 /// open until it is set; the shell line leaves it out (so an exported key stays in force) and the Kubernetes
 /// manifest reads it from an optional Secret.
-pub const API_KEY_ENV: &str = "LLAMA_API_KEY";
+pub(crate) const API_KEY_ENV: &str = "LLAMA_API_KEY";
 /// The Secret (and its key) the manifest reads the API key from, when the operator creates it.
 const API_KEY_SECRET: (&str, &str) = ("llama-server-api-key", "api-key");
 /// The official server images of the pinned engine's Docker docs (llama.cpp docs/docker.md: `server` for the
 /// CPU, `server-cuda` compiled with CUDA 12, `server-rocm`); their entrypoint is `/app/llama-server`
 /// (.devops/cuda.Dockerfile, target `server`). These tags move with llama.cpp's releases; pin a build tag
 /// (`server-cuda-b<N>`) for a reproducible deployment.
-pub const IMAGE_CPU: &str = "ghcr.io/ggml-org/llama.cpp:server";
-pub const IMAGE_CUDA: &str = "ghcr.io/ggml-org/llama.cpp:server-cuda";
-pub const IMAGE_ROCM: &str = "ghcr.io/ggml-org/llama.cpp:server-rocm";
+const IMAGE_CPU: &str = "ghcr.io/ggml-org/llama.cpp:server";
+const IMAGE_CUDA: &str = "ghcr.io/ggml-org/llama.cpp:server-cuda";
+const IMAGE_ROCM: &str = "ghcr.io/ggml-org/llama.cpp:server-rocm";
 /// llama.cpp's pooling types by GGUF `{arch}.pooling_type` value (include/llama.h `LLAMA_POOLING_TYPE_*`),
 /// spelled as `--pooling` takes them.
 const POOLING: [&str; 5] = ["none", "mean", "cls", "last", "rank"];
 /// The pooling an embedding plan uses when the model does not say: mean pooling, the sentence-transformers
 /// default (`Pooling(pooling_mode="mean")`) that BGE-, E5- and MiniLM-style models are served with.
-pub const DEFAULT_POOLING: &str = "mean";
+pub(crate) const DEFAULT_POOLING: &str = "mean";
 
 /// The `--pooling` value for a GGUF's `{arch}.pooling_type`, when it names one llama-server knows.
-pub fn pooling_name(gguf_value: u64) -> Option<&'static str> {
+pub(crate) fn pooling_name(gguf_value: u64) -> Option<&'static str> {
     usize::try_from(gguf_value)
         .ok()
         .and_then(|i| POOLING.get(i).copied())
 }
 
 /// The default image for a plan's devices (Apple GPUs run no Kubernetes: none).
-pub fn default_image(kind: Option<DeviceKind>) -> Option<&'static str> {
+pub(crate) fn default_image(kind: Option<DeviceKind>) -> Option<&'static str> {
     match kind {
         None | Some(DeviceKind::Cpu) => Some(IMAGE_CPU),
         Some(DeviceKind::Cuda) => Some(IMAGE_CUDA),
@@ -76,7 +76,7 @@ pub fn default_image(kind: Option<DeviceKind>) -> Option<&'static str> {
 }
 
 /// What the server is called and what it serves, besides the planned settings.
-pub struct Serve<'a> {
+pub(crate) struct Serve<'a> {
     pub model_path: &'a str,
     /// `--alias`: the name clients see in `/v1/models` and send as `model`.
     pub alias: &'a str,
@@ -97,7 +97,7 @@ pub struct Serve<'a> {
 
 /// The draft model on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DraftLaunch<'a> {
+pub(crate) struct DraftLaunch<'a> {
     pub model_path: &'a str,
     /// `-ngld`; `None` on a CPU-only plan, where `-dev none` keeps the draft on the host too.
     pub gpu_layers: Option<u32>,
@@ -105,7 +105,7 @@ pub struct DraftLaunch<'a> {
 
 /// YaRN RoPE scaling asked of llama-server for a context per sequence past the model's trained length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RopeExtension {
+pub(crate) struct RopeExtension {
     /// `--rope-scale`: the smallest whole factor that stretches `orig_ctx` over the context per sequence.
     pub factor: u32,
     /// `--yarn-orig-ctx`: the context the model was trained at (a declared YaRN's original context, else the
@@ -119,7 +119,7 @@ pub struct RopeExtension {
 /// (src/llama-model.cpp reads `rope.scaling.*` into `rope_scaling_type_train`, `n_ctx_orig_yarn`). Past it the
 /// pinned server only logs "possible training context overflow" and serves positions the model never saw.
 /// `None` when the model does not say.
-pub fn trained_context(model: &ModelSpec) -> Option<u64> {
+pub(crate) fn trained_context(model: &ModelSpec) -> Option<u64> {
     let h = &model.hparams;
     let base = h.context_length.filter(|&c| c > 0)?;
     let declared = h.rope.as_ref().and_then(|r| {
@@ -133,7 +133,10 @@ pub fn trained_context(model: &ModelSpec) -> Option<u64> {
 
 /// The YaRN flags llama-server needs to serve `context_per_sequence` tokens on this model, when that is past
 /// [`trained_context`] (only planned with `--allow-long-context`; refused otherwise).
-pub fn rope_extension(model: &ModelSpec, context_per_sequence: u32) -> Option<RopeExtension> {
+pub(crate) fn rope_extension(
+    model: &ModelSpec,
+    context_per_sequence: u32,
+) -> Option<RopeExtension> {
     let trained = trained_context(model)?;
     if u64::from(context_per_sequence) <= trained {
         return None;
@@ -169,7 +172,7 @@ const BACKENDS: &[(DeviceKind, &str, Option<&str>)] = &[
 
 /// llama.cpp's name for the `i`-th visible device of a backend (`CUDA0`, `ROCm1`, `MTL0`, `Vulkan2`): what `-dev`
 /// and rpc-server's `-d` take.
-pub fn device_name(kind: DeviceKind, i: usize) -> String {
+pub(crate) fn device_name(kind: DeviceKind, i: usize) -> String {
     let name = BACKENDS
         .iter()
         .find(|b| b.0 == kind)
@@ -178,7 +181,7 @@ pub fn device_name(kind: DeviceKind, i: usize) -> String {
 }
 
 /// The environment variable that hides a backend's other GPUs (`CUDA_VISIBLE_DEVICES`, ...), if it has one.
-pub fn visible_devices_env(kind: DeviceKind) -> Option<&'static str> {
+pub(crate) fn visible_devices_env(kind: DeviceKind) -> Option<&'static str> {
     BACKENDS.iter().find(|b| b.0 == kind).and_then(|b| b.2)
 }
 
@@ -190,7 +193,7 @@ pub fn visible_devices_env(kind: DeviceKind) -> Option<&'static str> {
 /// GPU build of llama-server would still put its compute buffers and large prompt batches on a GPU.
 /// `-c` is the total over slots and `-np` is explicit: the pinned server unifies the KV cache only when `-np` is
 /// auto (common/arg.cpp `--kv-unified`), so every slot gets `context_per_sequence` cells.
-pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
+pub(crate) fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
     let mut a: Vec<String> = vec![
         "llama-server".into(),
         "-m".into(),
@@ -310,7 +313,7 @@ pub fn llama_server(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> A
 /// Replicas of a one-GPU plan on one machine: one llama-server per GPU, each pinned to its GPU and on its own
 /// port (`PORT`, `PORT + 1`, ...), started together by `llama-server-replicas.sh`; a load balancer in front
 /// spreads requests over the ports.
-pub fn replicas(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
+pub(crate) fn replicas(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artifact {
     let mut script = String::from(
         "#!/bin/sh\n# One llama-server per GPU, each pinned to its device, on consecutive ports; stops them all on exit.\ntrap 'kill 0' EXIT INT TERM\n",
     );
@@ -350,7 +353,7 @@ pub fn replicas(serve: &Serve, s: &LlamaCppSettings, gpus: &[DeviceId]) -> Artif
 /// Refuses a model path that the Modelfile's `FROM` line cannot carry: one with a control character (U+0000 to
 /// U+001F, U+007F, or a C1 control), which would end the line or hide in it. The error quotes the path escaped
 /// and names the character (exit 4: the model's name is the input's defect).
-pub fn check_model_path(model_path: &str) -> Result<(), PlanError> {
+pub(crate) fn check_model_path(model_path: &str) -> Result<(), PlanError> {
     match model_path.chars().enumerate().find(|(_, c)| c.is_control()) {
         None => Ok(()),
         Some((i, c)) => Err(PlanError::Model(format!(
@@ -408,7 +411,7 @@ const OLLAMA_KV_TYPES: [&str; 3] = ["f16", "q8_0", "q4_0"];
 /// settings, not Modelfile parameters). A K cache type Ollama does not offer, or K and V types that differ, is
 /// left out and said in the description: Ollama then uses f16.
 /// `model_path` has passed [`check_model_path`] (the runtime refuses the plan otherwise).
-pub fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
+pub(crate) fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
     debug_assert!(check_model_path(model_path).is_ok(), "{model_path:?}");
     let modelfile = format!(
         "# Planned by optimizer: the context per sequence. Layer placement and threads are Ollama's.\nFROM {model_path}\nPARAMETER num_ctx {}\n",
@@ -454,7 +457,7 @@ pub fn ollama(model_path: &str, s: &LlamaCppSettings) -> Artifact {
 /// plan's host memory for the process (not the OS reserve), `threads` the CPU threads it runs, `gpu_names`
 /// the planned GPUs' names as the probe read them, `replicas` the pods (one per GPU for a replicated plan),
 /// `image` the container image (`--image`; the official one for the plan's devices when `None`).
-pub fn kubernetes(
+pub(crate) fn kubernetes(
     container_serve: &Artifact,
     host_bytes: u64,
     threads: u32,

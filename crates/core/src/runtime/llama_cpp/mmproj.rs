@@ -61,11 +61,11 @@ const KEY_PROJ_TYPES: [&str; 2] = ["clip.projector_type", "clip.vision.projector
 
 /// `hparams.set_limit_image_tokens(8, 4096)` in `load_hparams` for `qwen2vl_merger`, `qwen2.5vl_merger`,
 /// `qwen3vl_merger`: the most tokens one image becomes without `--image-max-tokens`.
-pub const QWEN_VL_MAX_IMAGE_TOKENS: u64 = 4096;
+const QWEN_VL_MAX_IMAGE_TOKENS: u64 = 4096;
 
 /// `hparams.n_merge = 4` in `load_hparams` for `gemma3` ("number of patches for each side is reduced by a
 /// factor of 4"), unless the file states `clip.vision.projector.scale_factor`.
-pub const GEMMA3_DEFAULT_MERGE: u64 = 4;
+const GEMMA3_DEFAULT_MERGE: u64 = 4;
 
 /// How many tokens one image becomes in the language model's context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

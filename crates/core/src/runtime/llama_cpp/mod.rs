@@ -13,10 +13,10 @@ mod arch;
 mod describe;
 pub mod draft;
 mod ladders;
-pub mod launch;
+pub(crate) mod launch;
 pub mod mmproj;
 pub mod quantize;
-pub mod rpc;
+pub(crate) mod rpc;
 pub mod topology;
 
 use std::cell::RefCell;
@@ -33,10 +33,10 @@ use optimizer_model::{Format, GgmlType, ModelSpec};
 /// Longest context per sequence: the whole `-c` is an `int32_t` in llama.cpp (and positions are `llama_pos`,
 /// int32), so one sequence cannot hold more either. A total over slots above it is refused as asked
 /// (`launch::engine_limits`), and the largest-fit search stays below it.
-pub const MAX_CONTEXT_PER_SEQUENCE: u32 = llama_cpp::MAX_CTX_FLAG;
+const MAX_CONTEXT_PER_SEQUENCE: u32 = llama_cpp::MAX_CTX_FLAG;
 
 /// The context step the KV cache pads to (llama.cpp: 256 cells).
-pub const CTX_STEP: u32 = 256;
+const CTX_STEP: u32 = 256;
 /// Candidate micro-batches: llama.cpp's default (512) for latency; larger ones for throughput, where prefill
 /// amortises weight reads over more tokens.
 const UBATCHES_LATENCY: &[u32] = &[512];

@@ -53,7 +53,7 @@ pub const QUANTS: &[Quant] = &[
 /// least `overflow` bytes (its weights scale with bits per weight; everything else stays), with its estimated
 /// total weight bytes for `total_weights` and the device's new weight bytes; `None` when even the smallest does
 /// not.
-pub fn smallest_change(
+pub(crate) fn smallest_change(
     current_bpw: f64,
     weights_bytes: u64,
     total_weights: u64,

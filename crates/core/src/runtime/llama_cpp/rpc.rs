@@ -29,27 +29,27 @@ use optimizer_memory::llama_cpp::{self as mem, GpuTarget, Machine};
 use super::{LlamaCpp, Point};
 
 /// rpc-server's default port (tools/rpc/rpc-server.cpp `rpc_server_params.port`), written out on both sides.
-pub const RPC_PORT: u16 = 50052;
+const RPC_PORT: u16 = 50052;
 
 /// What the pinned rpc-server prints when it binds anywhere but 127.0.0.1 (tools/rpc/rpc-server.cpp `main`).
-pub const RPC_SERVER_WARNING: &str = "Never expose the RPC server to an open network! This is an experimental feature and is not secure!";
+const RPC_SERVER_WARNING: &str = "Never expose the RPC server to an open network! This is an experimental feature and is not secure!";
 
 /// Bytes per element of the hidden state handed between backends: ggml's layer outputs are F32.
-pub const ACTIVATION_BYTES: u64 = 4;
+const ACTIVATION_BYTES: u64 = 4;
 
 /// Most devices one llama.cpp model spans: `llama_max_devices()` (src/llama.cpp) sizes `tensor_split`, which
 /// `llama_model::load_tensors` reads for every device, so more would read past it.
-pub const LLAMA_MAX_DEVICES: usize = 16;
+const LLAMA_MAX_DEVICES: usize = 16;
 
 /// The placeholder for worker `k`'s private address (1-based), which the plan cannot know.
-pub fn worker_address(k: u32) -> String {
+fn worker_address(k: u32) -> String {
     format!("WORKER{k}_ADDRESS")
 }
 
 /// One worker's `rpc-server`: bound to its private address (never 0.0.0.0: the server has no authentication),
 /// on [`RPC_PORT`], serving the named local devices, with the local tensor cache on so a restart of the head
 /// does not resend the weights.
-pub fn rpc_server_argv(address: &str, devices: &[String]) -> Vec<String> {
+fn rpc_server_argv(address: &str, devices: &[String]) -> Vec<String> {
     vec![
         "rpc-server".into(),
         "-H".into(),
@@ -64,7 +64,7 @@ pub fn rpc_server_argv(address: &str, devices: &[String]) -> Vec<String> {
 
 /// The head's device list: `per_worker` RPC devices for each of `workers` servers (`RPC0`, `RPC1`, ... in
 /// `--rpc` order), then the local devices.
-pub fn head_devices(workers: u32, per_worker: usize, local: &[String]) -> Vec<String> {
+fn head_devices(workers: u32, per_worker: usize, local: &[String]) -> Vec<String> {
     (0..workers as usize * per_worker)
         .map(|i| format!("RPC{i}"))
         .chain(local.iter().cloned())
@@ -76,7 +76,7 @@ pub fn head_devices(workers: u32, per_worker: usize, local: &[String]) -> Vec<St
 /// hidden states, and between two devices of one server an `RPC_CMD_COPY_TENSOR` the head waits for (a round
 /// trip without the data, which stays on the worker), see the module doc. The set and the asynchronous graph
 /// command overlap in practice, so three latencies per machine bound it from above.
-pub fn handoff_seconds(
+fn handoff_seconds(
     link: &collective::Link,
     remote: u32,
     per_machine: u32,
@@ -93,7 +93,7 @@ pub fn handoff_seconds(
 
 /// llama-server's argv with remote devices: `--rpc` before `-dev` (whose names it registers), `-dev` over
 /// `devices`, `-sm layer`, and the command line rebuilt.
-pub fn with_rpc(mut a: Artifact, endpoints: &[String], devices: &[String]) -> Artifact {
+fn with_rpc(mut a: Artifact, endpoints: &[String], devices: &[String]) -> Artifact {
     let mut argv = Vec::with_capacity(a.argv.len() + 4);
     let mut it = a.argv.into_iter();
     while let Some(x) = it.next() {
@@ -123,7 +123,7 @@ pub fn with_rpc(mut a: Artifact, endpoints: &[String], devices: &[String]) -> Ar
 }
 
 /// The RPC plan for a cluster's nodes: what the document gets.
-pub struct RpcPlan {
+pub(crate) struct RpcPlan {
     pub artifacts: Vec<Artifact>,
     pub provenance: Provenance,
     pub warning: String,

@@ -16,9 +16,9 @@ use crate::fleet::DeviceId;
 
 /// The JSON lines file the command reads its texts from (one `{"text": ...}` per line), relative to the
 /// directory the command runs in.
-pub const DATA_FILE: &str = "train.jsonl";
+const DATA_FILE: &str = "train.jsonl";
 /// Where `Trainer` writes checkpoints and the final adapter or model.
-pub const OUTPUT_DIR: &str = "out";
+const OUTPUT_DIR: &str = "out";
 
 /// The training script: stock transformers, datasets, PEFT and bitsandbytes, configured only by the files
 /// beside it.
@@ -106,7 +106,7 @@ fn pretty(v: &Value) -> String {
 }
 
 /// `TrainingArguments` keyword arguments.
-pub fn training_args(s: &TorchSettings) -> Value {
+fn training_args(s: &TorchSettings) -> Value {
     let mut m = serde_json::Map::new();
     let mut put = |k: &str, v: Value| {
         m.insert(k.into(), v);
@@ -150,7 +150,7 @@ pub fn training_args(s: &TorchSettings) -> Value {
 }
 
 /// PEFT `LoraConfig` keyword arguments (LoRA and QLoRA plans).
-pub fn lora_config(s: &TorchSettings) -> Option<Value> {
+fn lora_config(s: &TorchSettings) -> Option<Value> {
     Some(json!({
         "r": s.lora_rank?,
         "lora_alpha": s.lora_alpha?,
@@ -162,7 +162,7 @@ pub fn lora_config(s: &TorchSettings) -> Option<Value> {
 }
 
 /// transformers `BitsAndBytesConfig` keyword arguments (QLoRA plans).
-pub fn bnb_config(s: &TorchSettings) -> Option<Value> {
+fn bnb_config(s: &TorchSettings) -> Option<Value> {
     match s.base_quantization.as_deref()? {
         "nf4" => Some(json!({
             "load_in_4bit": true,
@@ -186,7 +186,7 @@ fn dtype(s: &TorchSettings) -> &'static str {
 /// The DeepSpeed configuration of a ZeRO plan. Batch sizes and precision are written out and equal the
 /// `TrainingArguments` (transformers checks that they match); the optimizer's hyper-parameters are `auto`, which
 /// transformers fills from `TrainingArguments` (transformers/integrations/deepspeed.py `trainer_config_process`).
-pub fn ds_config(s: &TorchSettings) -> Option<Value> {
+fn ds_config(s: &TorchSettings) -> Option<Value> {
     if s.zero_stage == 0 {
         return None;
     }
@@ -235,7 +235,7 @@ pub fn ds_config(s: &TorchSettings) -> Option<Value> {
 }
 
 /// The accelerate config file (`accelerate launch --config_file`).
-pub fn accelerate_config(s: &TorchSettings, gpus: &[DeviceId], nodes: u32) -> String {
+fn accelerate_config(s: &TorchSettings, gpus: &[DeviceId], nodes: u32) -> String {
     let distributed = if s.zero_stage > 0 {
         "DEEPSPEED"
     } else if s.data_parallel > 1 {
@@ -280,7 +280,7 @@ pub fn accelerate_config(s: &TorchSettings, gpus: &[DeviceId], nodes: u32) -> St
 /// How `train.py` loads the checkpoint: the dtype the memory model sized (FP32 weights for full training, whose
 /// 16-bit compute comes from autocast or DeepSpeed; the compute type for LoRA's frozen base), the attention
 /// implementation and the sequence length.
-pub fn plan_file(s: &TorchSettings) -> Value {
+fn plan_file(s: &TorchSettings) -> Value {
     json!({
         "torch_dtype": if s.method == "full" { "float32" } else { dtype(s) },
         "attn_implementation": s.attn_implementation,
@@ -289,7 +289,7 @@ pub fn plan_file(s: &TorchSettings) -> Value {
 }
 
 /// The artifacts: `accelerate launch` of `train.py` with its files.
-pub fn artifacts(
+pub(crate) fn artifacts(
     model_dir: &str,
     s: &TorchSettings,
     gpus: &[DeviceId],

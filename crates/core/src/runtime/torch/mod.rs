@@ -43,9 +43,9 @@ pub use speed::flops_per_token;
 
 /// PEFT's default LoRA targets for the Llama family (peft/utils/constants.py
 /// `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"] = ["q_proj", "v_proj"]`).
-pub const PEFT_DEFAULT_TARGETS: &[&str] = &["q_proj", "v_proj"];
+const PEFT_DEFAULT_TARGETS: &[&str] = &["q_proj", "v_proj"];
 /// PEFT LoraConfig's default rank (`r: int = 8`).
-pub const PEFT_DEFAULT_RANK: u64 = 8;
+const PEFT_DEFAULT_RANK: u64 = 8;
 /// QLoRA's targets: every linear layer of the blocks (Dettmers et al. 2023, §4: "LoRA on all linear transformer
 /// block layers are required to match full finetuning performance"; Unsloth's notebooks list the same seven).
 pub const ALL_LINEAR_TARGETS: &[&str] = &[
@@ -60,15 +60,15 @@ pub const ALL_LINEAR_TARGETS: &[&str] = &[
 
 /// The longest sequence a plan takes: positions are int64 in PyTorch, but the attention kernels index tokens with
 /// int32 (FlashAttention's `seqlen` arguments), and no checkpoint trains beyond 2^31 tokens.
-pub const MAX_SEQUENCE: u32 = i32::MAX as u32;
+const MAX_SEQUENCE: u32 = i32::MAX as u32;
 
 /// Most sequences in one optimizer step a plan takes: 2^24 (Llama 2's 4M-token batches are 1024 sequences;
 /// this bounds the bisection and the accumulation arithmetic, not any real recipe).
-pub const MAX_GLOBAL_BATCH: u64 = 1 << 24;
+const MAX_GLOBAL_BATCH: u64 = 1 << 24;
 
 /// One point of the candidate space (the micro-batch apart).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     pub method: Method,
     pub zero: Zero,
     pub offload: Offload,
@@ -76,7 +76,7 @@ pub struct Point {
 }
 
 /// Torch planning one request.
-pub struct Torch<'a> {
+pub(crate) struct Torch<'a> {
     req: &'a Request<'a>,
     /// CUDA GPUs, most free memory first; every one trains.
     gpus: Vec<&'a FleetGpu>,
@@ -138,7 +138,7 @@ fn global_batch(w: &WorkloadProfile) -> Result<(u64, String), PlanError> {
 
 impl<'a> Torch<'a> {
     /// Torch for this request, or why it cannot plan it.
-    pub fn new(req: &'a Request<'a>) -> Result<Torch<'a>, PlanError> {
+    pub(crate) fn new(req: &'a Request<'a>) -> Result<Torch<'a>, PlanError> {
         let (model, w, fleet) = (req.model, req.workload, req.fleet);
         if !matches!(w.mode, Mode::Training | Mode::FineTune) {
             return Err(PlanError::UnsupportedFormat(format!(

@@ -29,11 +29,11 @@ use crate::runtime::PlanError;
 
 /// Blocks the `BlockPool` holds back for good: its null block (vllm/v1/core/block_pool.py `BlockPool.__init__`,
 /// `self.null_block = self.free_block_queue.popleft()`), which `get_kv_cache_configs` subtracts before its check.
-pub const NULL_BLOCKS: u64 = 1;
+const NULL_BLOCKS: u64 = 1;
 
 /// What bounds a point's `--max-num-seqs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SeqBound {
+pub(crate) enum SeqBound {
     /// `--parallel` pinned it.
     Pinned,
     /// The workload's sequences per replica.
@@ -46,7 +46,7 @@ pub enum SeqBound {
 
 /// The least KV memory vLLM 0.33 starts with: one `max_model_len` request's blocks in every group and the null
 /// block, in bytes (`None` past 64 bits).
-pub fn admission_bytes(kv: &mem::Kv) -> Option<u64> {
+pub(crate) fn admission_bytes(kv: &mem::Kv) -> Option<u64> {
     kv.blocks_per_request
         .checked_add(NULL_BLOCKS)?
         .checked_mul(kv.bytes_per_block)
@@ -54,7 +54,7 @@ pub fn admission_bytes(kv: &mem::Kv) -> Option<u64> {
 
 /// Whether KV memory of `kv_bytes` passes vLLM's start-up check (`_check_enough_kv_cache_memory` after
 /// `get_kv_cache_configs` takes the null block off).
-pub fn admits(kv_bytes: u64, kv: &mem::Kv) -> bool {
+pub(crate) fn admits(kv_bytes: u64, kv: &mem::Kv) -> bool {
     admission_bytes(kv).is_some_and(|need| kv_bytes >= need)
 }
 
@@ -68,7 +68,7 @@ pub fn requests_held(num_blocks: u64, blocks_per_request: u64) -> u64 {
 
 /// vLLM's `format_gib` (vllm/utils/mem_utils.py): `str(round(b / GiB, 2))`, Python's shortest float text, so
 /// 16 GiB prints `16.0`.
-pub fn format_gib(bytes: u64) -> String {
+pub(crate) fn format_gib(bytes: u64) -> String {
     let v = (bytes as f64 / crate::units::GIB_BYTES as f64 * 100.0).round() / 100.0;
     let s = format!("{v:.2}");
     let t = s.trim_end_matches('0');

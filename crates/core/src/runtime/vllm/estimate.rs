@@ -22,7 +22,7 @@ use optimizer_memory::vllm::{self as mem, Dtype, KvCacheDtype};
 use optimizer_model::{Format, ModelSpec};
 
 /// vLLM 0.33's `--gpu-memory-utilization` default (vllm/config/cache.py `CacheConfig.gpu_memory_utilization`).
-pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.92;
+const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.92;
 
 /// The `vllm serve` flags that change memory; `None` is vLLM's default.
 #[derive(Debug, Clone, Default, PartialEq)]

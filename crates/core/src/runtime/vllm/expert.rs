@@ -35,19 +35,19 @@ use optimizer_model::ModelSpec;
 /// Whether tensor `name` belongs to a routed expert (`...mlp.experts.N....`, gpt-oss's fused
 /// `...mlp.experts.gate_up_proj`): a name segment `experts`. Shared experts (`shared_experts`,
 /// `shared_expert`) are the tensor-parallel group's, as on one node.
-pub fn is_routed_expert(name: &str) -> bool {
+pub(crate) fn is_routed_expert(name: &str) -> bool {
     name.split('.').any(|s| s == "experts")
 }
 
 /// Experts the fullest rank of an expert-parallel group of `ep` holds (`determine_expert_map`: `E // ep`, one
 /// more on the first `E % ep` ranks).
-pub fn experts_per_rank(experts: u64, ep: u32) -> u64 {
+pub(crate) fn experts_per_rank(experts: u64, ep: u32) -> u64 {
     experts.div_ceil(u64::from(ep.max(1)))
 }
 
 /// The share of a layer's routed experts that a step of `tokens` tokens, each routed to `used` of `experts`,
 /// activates: `1 - (1 - used/experts)^tokens` (1 token: `used/experts`, the share one token reads).
-pub fn activated_share(used: u64, experts: u64, tokens: f64) -> f64 {
+pub(crate) fn activated_share(used: u64, experts: u64, tokens: f64) -> f64 {
     if experts == 0 {
         return 1.0;
     }
@@ -58,7 +58,7 @@ pub fn activated_share(used: u64, experts: u64, tokens: f64) -> f64 {
 /// The routed experts of `model` alone, as [`expert_parallel_weights`] sizes them: only their tensors, no
 /// rotary cache and no MLA copies (which the memory model derives from the hyper-parameters), and none of an MTP
 /// layer's, which vLLM never loads ([`mem::is_spec_layer`]). `None` for a dense model.
-pub fn routed_experts(model: &ModelSpec) -> Option<ModelSpec> {
+pub(crate) fn routed_experts(model: &ModelSpec) -> Option<ModelSpec> {
     model.hparams.expert_count.filter(|&e| e > 0)?;
     let trunk_end = mem::trunk_end(model);
     let mut routed = ModelSpec {
@@ -93,7 +93,7 @@ pub fn routed_experts(model: &ModelSpec) -> Option<ModelSpec> {
 /// [`experts_per_rank`] whole experts. `routed` is [`routed_experts`] of the model; their loaded bytes come from
 /// the memory model at tensor parallel 1, so its dtype rules (a floating expert cast to `--dtype`, FP8 blocks and
 /// scales kept) hold.
-pub fn expert_parallel_weights(
+pub(crate) fn expert_parallel_weights(
     routed: &ModelSpec,
     weights: &mut RankWeights,
     tp: u32,
@@ -119,7 +119,7 @@ pub fn expert_parallel_weights(
 
 /// How one replica spans a cluster's nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
+pub(crate) enum Layout {
     /// Tensor parallel over each node's GPUs, a pipeline stage per node.
     Pipeline { tp: u32, pp: u32 },
     /// One tensor-parallel group over every GPU of `nnodes` nodes: its all-reduces cross the fabric.
@@ -132,7 +132,7 @@ pub enum Layout {
 /// (stage = node), tensor parallel over all GPUs where `tp_ok` takes it (the memory model's head and vocabulary
 /// splits), and for a mixture-of-experts model expert parallel at each one-node tensor-parallel size in
 /// `node_tp` (`dp = nodes x per_node / tp`).
-pub fn layouts(
+pub(crate) fn layouts(
     nodes: u32,
     per_node: u32,
     pipelines: &[u32],
@@ -170,11 +170,11 @@ pub fn layouts(
 
 /// vLLM's default `--data-parallel-rpc-port` (vllm/config/parallel.py `ParallelConfig.data_parallel_rpc_port`),
 /// written out so every node's command says it.
-pub const DP_RPC_PORT: u16 = 29550;
+const DP_RPC_PORT: u16 = 29550;
 
 /// The data-parallel options one node of an expert-parallel group adds to [`super::multinode::node_args`]:
 /// the engines on this node and the address and port the engines hand-shake on (node 0's).
-pub fn dp_node_args(dp_local: u32, address: &str) -> Vec<String> {
+pub(crate) fn dp_node_args(dp_local: u32, address: &str) -> Vec<String> {
     vec![
         "--data-parallel-size-local".into(),
         dp_local.to_string(),

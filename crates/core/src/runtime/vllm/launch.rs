@@ -13,13 +13,13 @@ use optimizer_model::ModelSpec;
 
 /// The address `vllm serve` listens on: every interface, since a served model is reached from other machines
 /// (and, in a container, from outside the pod).
-pub const HOST: &str = "0.0.0.0";
+pub(crate) const HOST: &str = "0.0.0.0";
 /// vLLM's default port (vllm/entrypoints/common/cli_args.py `FrontendArgs.port`).
-pub const PORT: u16 = 8000;
+pub(crate) const PORT: u16 = 8000;
 
 /// The directory `vllm serve` opens: the checkpoint's directory (vLLM reads `config.json` and every
 /// `*.safetensors` beside it), whether the plan was given the directory, the index or one file.
-pub fn model_dir(model: &ModelSpec, model_path: &str) -> String {
+pub(crate) fn model_dir(model: &ModelSpec, model_path: &str) -> String {
     let p = Path::new(model_path);
     if p.is_dir() || model.files.is_empty() {
         return model_path.to_string();
@@ -32,7 +32,7 @@ pub fn model_dir(model: &ModelSpec, model_path: &str) -> String {
 
 /// The environment variable with which vLLM accepts a `--max-model-len` past the length it derives from
 /// `config.json` (vllm/envs.py; vllm/config/model.py `_get_and_verify_max_len` raises otherwise).
-pub const ALLOW_LONG_MAX_MODEL_LEN: &str = "VLLM_ALLOW_LONG_MAX_MODEL_LEN";
+pub(crate) const ALLOW_LONG_MAX_MODEL_LEN: &str = "VLLM_ALLOW_LONG_MAX_MODEL_LEN";
 
 /// RoPE types whose `max_position_embeddings` vLLM takes as already scaled (`_get_and_verify_max_len`: "YaRN
 /// variants leave max_position_embeddings already scaled"); any other declared type multiplies it by `factor`.
@@ -50,7 +50,7 @@ const ROPE_ALREADY_SCALED: [&str; 6] = [
 /// (`max_position_embeddings` and its aliases), times the declared RoPE `factor` unless the type is one of
 /// [`ROPE_ALREADY_SCALED`] or the model is a Gemma 3 (already scaled). vLLM also caps it by the tokenizer's
 /// `model_max_length`, which the plan does not read. `None` when the config names no length.
-pub fn derived_max_model_len(model: &ModelSpec) -> Option<u64> {
+pub(crate) fn derived_max_model_len(model: &ModelSpec) -> Option<u64> {
     let h = &model.hparams;
     let base = h.context_length.filter(|&c| c > 0)?;
     let factor = h
@@ -70,12 +70,7 @@ pub fn derived_max_model_len(model: &ModelSpec) -> Option<u64> {
 
 /// `vllm serve` with the planned settings, on the planned GPUs; `allow_long` adds
 /// [`ALLOW_LONG_MAX_MODEL_LEN`]`=1` (a `--max-model-len` past [`derived_max_model_len`], `--allow-long-context`).
-pub fn vllm_serve(
-    model_dir: &str,
-    s: &VllmSettings,
-    gpus: &[DeviceId],
-    allow_long: bool,
-) -> Artifact {
+fn vllm_serve(model_dir: &str, s: &VllmSettings, gpus: &[DeviceId], allow_long: bool) -> Artifact {
     let mut a: Vec<String> = vec!["vllm".into(), "serve".into(), model_dir.into()];
     let mut flag = |k: &str, v: String| {
         a.push(k.into());
@@ -160,12 +155,12 @@ pub fn vllm_serve(
 
 /// The official image of the pinned vLLM release (Docker Hub `vllm/vllm-openai`, tagged `v<version>`; vLLM docs
 /// "Using Docker": `docker run --runtime nvidia --gpus all ... vllm/vllm-openai:<tag>`).
-pub fn default_image() -> String {
+pub(crate) fn default_image() -> String {
     format!("vllm/vllm-openai:v{}", optimizer_memory::vllm::VERSION)
 }
 
 /// vLLM's health endpoint (vllm/entrypoints/openai/api_server.py `GET /health`: 200 once the engine runs).
-pub const HEALTH_PATH: &str = "/health";
+pub(crate) const HEALTH_PATH: &str = "/health";
 
 /// The `vllm serve` process as a Kubernetes Deployment and Service (`vllm.yaml`): the GPUs as `nvidia.com/gpu`,
 /// a `nodeSelector` on the GPU product when all planned GPUs are one product, the checkpoint from the model
@@ -173,7 +168,7 @@ pub const HEALTH_PATH: &str = "/health";
 /// tensor-parallel workers exchange tensors through shared memory; a container's default 64 MiB is too small,
 /// vLLM docs "Using Docker": `--ipc=host` or `--shm-size`). The plan models no host memory for vLLM, so the
 /// manifest requests none.
-pub fn kubernetes(
+pub(crate) fn kubernetes(
     serve: &Artifact,
     gpus: &[DeviceId],
     gpu_names: &[&str],
@@ -227,7 +222,7 @@ pub fn kubernetes(
     clippy::too_many_arguments,
     reason = "each is one independent input of the launch; a struct would only rename them"
 )]
-pub fn artifacts(
+pub(crate) fn artifacts(
     model: &ModelSpec,
     model_dir: &str,
     s: &VllmSettings,
@@ -336,7 +331,7 @@ fn multinode_artifacts(g: &NodeGroup) -> Vec<Artifact> {
 }
 
 /// Ray's port on the head node (`ray start --head --port`, Ray's default GCS port), which the workers join.
-pub const RAY_PORT: u16 = 6379;
+const RAY_PORT: u16 = 6379;
 
 /// The same replica on a Ray cluster (`--distributed-executor-backend ray`, or `--data-parallel-backend ray`
 /// for expert parallel): `ray start --head` on node 0, `ray start --address=HEAD:6379 --block` on every other
@@ -496,13 +491,13 @@ fn leaderworkerset(
 /// configuration declares one, its sequence pooling, passed as `--pooler-config` so the plan says what vLLM
 /// would otherwise read from `modules.json` itself (`get_pooling_config`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolingRunner {
+pub(crate) struct PoolingRunner {
     /// vLLM's `seq_pooling_type` (`MEAN`, `CLS`, `LAST`); `None`: the architecture's default.
     pub seq_pooling_type: Option<&'static str>,
 }
 
 /// The options of [`PoolingRunner`]: `--runner pooling [--pooler-config {"seq_pooling_type": "T"}]`.
-pub fn pooling_args(p: &PoolingRunner) -> Vec<String> {
+fn pooling_args(p: &PoolingRunner) -> Vec<String> {
     let mut a = vec!["--runner".to_string(), "pooling".to_string()];
     if let Some(t) = p.seq_pooling_type {
         a.push("--pooler-config".into());

@@ -24,9 +24,9 @@ pub mod admission;
 mod choose;
 mod document;
 pub mod estimate;
-pub mod expert;
-pub mod launch;
-pub mod multinode;
+pub(crate) mod expert;
+pub(crate) mod launch;
+mod multinode;
 mod space;
 mod speed;
 
@@ -41,7 +41,7 @@ use choose::{
 };
 
 /// vLLM's positions are int32 and `max_model_len` an int: no sequence past `i32::MAX`.
-pub const MAX_MODEL_LEN: u32 = i32::MAX as u32;
+const MAX_MODEL_LEN: u32 = i32::MAX as u32;
 
 /// Seconds one eager decode step spends launching kernels, per transformer block: with CUDA graphs a step is one
 /// graph launch; without them each block's kernels (norm, QKV GEMM, rotary, attention, O GEMM, residual, norm,
@@ -52,7 +52,7 @@ const EAGER_LAUNCH_PER_LAYER_S: f64 = 50e-6;
 
 /// One point of vLLM's candidate space (the size knob apart).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     /// `--tensor-parallel-size`.
     pub tp: u32,
     /// `--pipeline-parallel-size`: a stage per node when a replica spans nodes (1 on one node).
@@ -78,7 +78,7 @@ pub struct Point {
 }
 
 /// vLLM planning one request.
-pub struct Vllm<'a> {
+pub(crate) struct Vllm<'a> {
     req: &'a Request<'a>,
     /// CUDA GPUs, most free memory first.
     gpus: Vec<&'a FleetGpu>,
@@ -108,7 +108,7 @@ pub struct Vllm<'a> {
 
 impl<'a> Vllm<'a> {
     /// vLLM for this request, or why it cannot plan it.
-    pub fn new(req: &'a Request<'a>) -> Result<Vllm<'a>, PlanError> {
+    pub(crate) fn new(req: &'a Request<'a>) -> Result<Vllm<'a>, PlanError> {
         let (model, w, fleet) = (req.model, req.workload, req.fleet);
         super::serving_only(w)?;
         if model.format != Format::Safetensors {
@@ -455,7 +455,7 @@ struct PlanMemory {
 }
 
 /// The `--dtype` value.
-pub fn dtype_name(d: Dtype) -> &'static str {
+fn dtype_name(d: Dtype) -> &'static str {
     match d {
         Dtype::Bfloat16 => "bfloat16",
         Dtype::Float16 => "float16",

@@ -20,7 +20,7 @@
 use optimizer_model::{ModelSpec, Role};
 
 /// `get_pp_indices` for every rank: `(start, end)` layer ranges, end exclusive.
-pub fn pp_partition(layers: u32, pp: u32) -> Vec<(u32, u32)> {
+pub(crate) fn pp_partition(layers: u32, pp: u32) -> Vec<(u32, u32)> {
     let pp = pp.max(1);
     let mut parts = vec![layers / pp; pp as usize];
     let rem = layers % pp;
@@ -44,7 +44,13 @@ pub fn pp_partition(layers: u32, pp: u32) -> Vec<(u32, u32)> {
 /// The checkpoint as one pipeline stage loads it: the decoder layers in `start..end`, the token embedding on
 /// the first stage (and on the last when the LM head is tied to it), the final norm and LM head on the last;
 /// `num_hidden_layers` becomes the stage's layer count and per-layer hyper-parameters are cut to the range.
-pub fn stage_model(model: &ModelSpec, start: u32, end: u32, first: bool, last: bool) -> ModelSpec {
+pub(crate) fn stage_model(
+    model: &ModelSpec,
+    start: u32,
+    end: u32,
+    first: bool,
+    last: bool,
+) -> ModelSpec {
     let mut m = model.clone();
     let tied = model.hparams.tied_embeddings;
     m.tensors.retain(|t| match t.layer {
@@ -95,16 +101,21 @@ pub fn stage_model(model: &ModelSpec, start: u32, end: u32, first: bool, last: b
 
 /// vLLM's default `--master-port` (vllm/config/parallel.py `ParallelConfig.master_port`), written out so every
 /// node's command says it.
-pub const MASTER_PORT: u16 = 29501;
+pub(crate) const MASTER_PORT: u16 = 29501;
 
 /// What the per-node commands give `--master-addr` outside Kubernetes: the first node's address, which the plan
 /// cannot know; the artifact's description says to replace it.
-pub const LEADER_ADDRESS: &str = "LEADER_ADDRESS";
+pub(crate) const LEADER_ADDRESS: &str = "LEADER_ADDRESS";
 
 /// The options that make one node's `vllm serve` part of an `nnodes`-node group (vLLM 0.33's multiprocessing
 /// launcher): `--nnodes N --node-rank R --master-addr A --master-port P`, and `--headless` on ranks past 0 (they
 /// run workers only; vllm/entrypoints/cli/serve.py `run_headless`, `node_rank_within_dp > 0`).
-pub fn node_args(nnodes: u32, node_rank: &str, master_addr: &str, headless: bool) -> Vec<String> {
+pub(crate) fn node_args(
+    nnodes: u32,
+    node_rank: &str,
+    master_addr: &str,
+    headless: bool,
+) -> Vec<String> {
     let mut a = vec![
         "--nnodes".to_string(),
         nnodes.to_string(),
