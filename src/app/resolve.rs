@@ -444,32 +444,39 @@ fn with_mmproj(
     Ok(std::borrow::Cow::Owned(owned))
 }
 
-/// A warning when the plan leaves GPUs of the node unused: one replica's GPUs (the non-host devices of the
-/// memory plan) times the replicas on the node (vLLM and torch: data parallel per node; llama.cpp: the
-/// `llama-server-replicas` artifact's pods, one per GPU). Silence is kept only when every GPU works; the
-/// reason is the plan's own where it states one (its `launch.llama-server-replicas` provenance names the host
-/// memory and cores that bound the replicas).
-fn idle_gpus(doc: &Deployment, inv: &Inventory) -> Option<String> {
-    let total = inv.gpus.len();
-    if total == 0 || doc.status != crate::emit::Status::Fits {
-        return None;
-    }
-    let per_replica = doc
-        .memory
+/// GPUs one replica of the plan runs on: the non-host devices of its memory plan.
+pub(super) fn gpus_per_replica(doc: &Deployment) -> usize {
+    doc.memory
         .devices
         .iter()
         .filter(|m| m.device != crate::fleet::DeviceId::HOST.to_string())
-        .count();
-    let nodes = doc.topology.nodes.max(1);
-    let replicas = match doc.artifact("llama-server-replicas") {
+        .count()
+}
+
+/// Replicas of the plan on one node: the `llama-server-replicas` artifact's servers (one per GPU), else data
+/// parallel per node (vLLM and torch).
+pub(super) fn replicas_per_node(doc: &Deployment) -> usize {
+    match doc.artifact("llama-server-replicas") {
         Some(a) => a
             .files
             .values()
             .map(|script| script.lines().filter(|l| l.ends_with(" &")).count())
             .sum::<usize>()
             .max(1),
-        None => (doc.topology.data_parallel / nodes).max(1) as usize,
-    };
+        None => (doc.topology.data_parallel / doc.topology.nodes.max(1)).max(1) as usize,
+    }
+}
+
+/// A warning when the plan leaves GPUs of the node unused: [`gpus_per_replica`] times [`replicas_per_node`].
+/// Silence is kept only when every GPU works; the reason is the plan's own where it states one (its
+/// `launch.llama-server-replicas` provenance names the host memory and cores that bound the replicas).
+fn idle_gpus(doc: &Deployment, inv: &Inventory) -> Option<String> {
+    let total = inv.gpus.len();
+    if total == 0 || doc.status != crate::emit::Status::Fits {
+        return None;
+    }
+    let per_replica = gpus_per_replica(doc);
+    let replicas = replicas_per_node(doc);
     let used = per_replica.saturating_mul(replicas);
     if used >= total {
         return None;

@@ -143,31 +143,19 @@ fn figures_of(replicas: u32, per_server: f64) -> String {
     }
 }
 
-/// Replicas of the plan on one node: the `llama-server-replicas` artifact's servers, else vLLM's and torch's
-/// data parallel per node (the count `resolve`'s idle-GPU warning uses).
+/// Replicas of the plan on one node, as `resolve`'s idle-GPU warning counts them
+/// ([`crate::app::resolve::replicas_per_node`]); a training plan is one job, whatever its data parallel (the
+/// torch runtime writes no `llama-server-replicas`).
 pub(super) fn replicas(doc: &Deployment) -> u32 {
-    let nodes = doc.topology.nodes.max(1);
-    match doc.artifact("llama-server-replicas") {
-        Some(a) => a
-            .files
-            .values()
-            .map(|script| script.lines().filter(|l| l.ends_with(" &")).count())
-            .sum::<usize>()
-            .max(1) as u32,
-        None if doc.performance.training.is_some() => 1,
-        None => (doc.topology.data_parallel / nodes).max(1),
+    if doc.performance.training.is_some() {
+        return 1;
     }
+    crate::app::resolve::replicas_per_node(doc) as u32
 }
 
-/// GPUs the plan runs on: one replica's (the non-host devices of its memory plan) times the replicas.
+/// GPUs the plan runs on: one replica's times the replicas.
 fn gpus_used(doc: &Deployment) -> usize {
-    let per_replica = doc
-        .memory
-        .devices
-        .iter()
-        .filter(|m| m.device != crate::fleet::DeviceId::HOST.to_string())
-        .count();
-    per_replica * replicas(doc) as usize
+    crate::app::resolve::gpus_per_replica(doc) * replicas(doc) as usize
 }
 
 /// The `--parallel` value the plan runs: llama-server's slots (per server), vLLM's sequences over the node's

@@ -404,7 +404,7 @@ pub(super) fn weights(
         add(&mut per_rank, rank_bytes)?;
     }
     out.rope_cache_bytes = rope_cache_bytes(model, dtype)?;
-    out.mla_decompressed_bytes = mla_decompressed_bytes(model, tp, dtype)?;
+    out.mla_decompressed_bytes = mla_decompressed_bytes(model, tp, dtype, trunk_end)?;
     add(&mut per_rank, out.rope_cache_bytes)?;
     add(&mut per_rank, out.mla_decompressed_bytes)?;
     out.per_rank_bytes = per_rank;
@@ -458,12 +458,12 @@ fn mla_decompressed_bytes(
     model: &ModelSpec,
     tp: u64,
     dtype: Dtype,
+    trunk_end: Option<u64>,
 ) -> Result<u64, VllmMemoryError> {
     let h = &model.hparams;
     let Some(rank) = h.kv_lora_rank else {
         return Ok(0);
     };
-    let trunk_end = trunk_end(model);
     let layers = model
         .tensors
         .iter()

@@ -290,9 +290,10 @@ fn multinode_artifacts(g: &NodeGroup) -> Vec<Artifact> {
         } else {
             format!("vllm-node-{rank}")
         };
-        out.push(Artifact {
+        out.push(node_artifact(
+            serve,
             name,
-            description: format!(
+            format!(
                 "node rank {rank} of {nnodes}: {}; replace {LEADER_ADDRESS} with node 0's address, which every node reaches (vLLM's torch.distributed rendezvous on port {})",
                 if rank == 0 {
                     format!("the API server on {HOST}:{PORT} and this node's workers")
@@ -301,12 +302,8 @@ fn multinode_artifacts(g: &NodeGroup) -> Vec<Artifact> {
                 },
                 multinode::MASTER_PORT
             ),
-            command: Some(shell_command(&serve.env, &argv)),
             argv,
-            env: serve.env.clone(),
-            files: BTreeMap::new(),
-            resources: None,
-        });
+        ));
     }
     let in_pod = |headless: bool, rank: &str| {
         let mut a = pod_argv(serve);
@@ -365,16 +362,8 @@ fn ray_artifacts(g: &NodeGroup) -> Vec<Artifact> {
             "--block".into(),
         ]
     };
-    let node = |name: String, description: String, argv: Vec<String>| Artifact {
-        name,
-        description,
-        command: Some(shell_command(&serve.env, &argv)),
-        argv,
-        env: serve.env.clone(),
-        files: BTreeMap::new(),
-        resources: None,
-    };
-    let mut out = vec![node(
+    let mut out = vec![node_artifact(
+        serve,
         "ray-head".into(),
         format!(
             "node 0, first: the Ray head (port {RAY_PORT}) with this node's planned GPUs; the other nodes join it"
@@ -382,7 +371,8 @@ fn ray_artifacts(g: &NodeGroup) -> Vec<Artifact> {
         head.clone(),
     )];
     for rank in 1..nnodes {
-        out.push(node(
+        out.push(node_artifact(
+            serve,
             format!("ray-worker-node-{rank}"),
             format!(
                 "node {rank} of {nnodes}: joins the Ray cluster with this node's planned GPUs and stays in the foreground; replace {LEADER_ADDRESS} with node 0's address"
@@ -391,7 +381,8 @@ fn ray_artifacts(g: &NodeGroup) -> Vec<Artifact> {
         ));
     }
     let argv = local(serve.argv.clone());
-    out.push(node(
+    out.push(node_artifact(
+        serve,
         "vllm".into(),
         format!(
             "node 0, once the head runs: the API server on {HOST}:{PORT}; Ray places the workers on every node's GPUs (vLLM waits up to 30 minutes for them)"
@@ -422,6 +413,24 @@ fn ray_artifacts(g: &NodeGroup) -> Vec<Artifact> {
         "the leader starting the Ray head and serving the API, the workers joining it until the group is recreated",
     ));
     out
+}
+
+/// One node's command of a group: `argv` with the serve artifact's environment (its planned GPUs).
+fn node_artifact(
+    serve: &Artifact,
+    name: String,
+    description: String,
+    argv: Vec<String>,
+) -> Artifact {
+    Artifact {
+        name,
+        description,
+        command: Some(shell_command(&serve.env, &argv)),
+        argv,
+        env: serve.env.clone(),
+        files: BTreeMap::new(),
+        resources: None,
+    }
 }
 
 /// The serve argv inside a pod: the model path as the container mounts it.
