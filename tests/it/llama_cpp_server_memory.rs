@@ -9,13 +9,11 @@
 //! `LLAMA_SERVER=/path/to/llama-server` it prints why and passes.
 
 use crate::common;
-use common::server::{free_port, health, loopback_args};
+use common::server::{Server, free_port, loopback_args};
 use common::{fixture, inventory, profiles};
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use optimizer::emit::{Deployment, MemoryDevice};
 use optimizer::model;
@@ -25,9 +23,6 @@ use optimizer_testkit::gguf_builder::{
     GgufBuilder, MlpProjectorShape, synthetic_mlp_mmproj, write_sparse,
 };
 
-/// The fixture models load in well under a second; a minute fails a hung server without flaking on a busy host.
-const START_DEADLINE: Duration = Duration::from_secs(60);
-const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// The engine prints buffer sizes in MiB with two decimals (`%8.2f MiB`, src/llama-model.cpp, llama-context.cpp).
 const MIB: f64 = 1024.0 * 1024.0;
 const PRINTED_MIB: f64 = 0.01;
@@ -58,35 +53,12 @@ fn mlp_projector(n_embd_text: u64) -> GgufBuilder {
 fn start(server: &std::ffi::OsStr, argv: &[String]) -> Result<String, String> {
     let port = free_port();
     let mut args = loopback_args(argv, port)?;
-    let log = tempfile::NamedTempFile::new().unwrap();
     // `-lv 4`: the buffer-size lines are info-level logs of the library, below the server's default verbosity.
     args.extend(["-lv".to_string(), "4".to_string()]);
-    let mut child = Command::new(server)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let outcome = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Err(format!("exited with {status} before answering /health"));
-        }
-        if health(port) == Some(200) {
-            break Ok(());
-        }
-        if started.elapsed() > START_DEADLINE {
-            break Err(format!("no 200 from /health within {START_DEADLINE:?}"));
-        }
-        std::thread::sleep(POLL_INTERVAL);
-    };
-    // Only the child this test started, by its handle.
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+    let (running, outcome) = Server::start(server, &args, port);
+    let text = running.stop();
     match outcome {
-        Ok(()) => Ok(text),
+        Ok(_) => Ok(text),
         Err(e) => Err(format!("llama-server {argv:?} {e}; its log:\n{text}")),
     }
 }

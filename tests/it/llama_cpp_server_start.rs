@@ -9,22 +9,14 @@
 //! argument-table check in tests/it/llama_cpp_argv_table.rs covers that part).
 
 use crate::common;
-use common::server::{REQUEST_TIMEOUT, free_port, health, loopback_args};
+use common::server::{REQUEST_TIMEOUT, Server, free_port, loopback_args};
 use common::{fixture, inventory, profiles};
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use optimizer::model;
 use optimizer::plan::Overrides;
-
-/// How long a server may take to load a fixture model and answer /health: the fixtures are a few MiB, so a
-/// minute is generous even on a loaded 2-core machine, and short enough that a hung server fails the test.
-const START_DEADLINE: Duration = Duration::from_secs(60);
-/// Between /health polls.
-const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The whole response to a request (`Connection: close`), or None when nothing answers.
 fn request(port: u16, head: &str, body: &str) -> Option<String> {
@@ -72,47 +64,28 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
         assert_eq!(argv[0], "llama-server", "{workload}: program");
         let port = free_port();
         let args = loopback_args(argv, port).unwrap_or_else(|e| panic!("{workload}: {e}"));
-        let log = tempfile::NamedTempFile::new().unwrap();
-        let mut child = Command::new(&server)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        let outcome = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Err(format!("exited with {status} before answering /health"));
+        let (running, health) = Server::start(&server, &args, port);
+        // The server answers under the planned alias, and an embedding plan serves embeddings.
+        let outcome = health.and_then(|t| {
+            let alias = &argv[argv.iter().position(|a| a == "--alias").unwrap() + 1];
+            let models = request(port, "GET /v1/models", "").unwrap_or_default();
+            if !models.contains(&format!("\"id\":\"{alias}\"")) {
+                return Err(format!("/v1/models does not list {alias:?}: {models}"));
             }
-            if health(port) == Some(200) {
-                // The server answers under the planned alias, and an embedding plan serves embeddings.
-                let alias = &argv[argv.iter().position(|a| a == "--alias").unwrap() + 1];
-                let models = request(port, "GET /v1/models", "").unwrap_or_default();
-                if !models.contains(&format!("\"id\":\"{alias}\"")) {
-                    break Err(format!("/v1/models does not list {alias:?}: {models}"));
+            if workload == "embedding" {
+                let r = request(
+                    port,
+                    "POST /v1/embeddings",
+                    &format!("{{\"model\":\"{alias}\",\"input\":\"hello world\"}}"),
+                )
+                .unwrap_or_default();
+                if !r.starts_with("HTTP/1.1 200") || !r.contains("\"embedding\"") {
+                    return Err(format!("POST /v1/embeddings: {r}"));
                 }
-                if workload == "embedding" {
-                    let r = request(
-                        port,
-                        "POST /v1/embeddings",
-                        &format!("{{\"model\":\"{alias}\",\"input\":\"hello world\"}}"),
-                    )
-                    .unwrap_or_default();
-                    if !r.starts_with("HTTP/1.1 200") || !r.contains("\"embedding\"") {
-                        break Err(format!("POST /v1/embeddings: {r}"));
-                    }
-                }
-                break Ok(started.elapsed());
             }
-            if started.elapsed() > START_DEADLINE {
-                break Err(format!("no 200 from /health within {START_DEADLINE:?}"));
-            }
-            std::thread::sleep(POLL_INTERVAL);
-        };
-        // Only the child this test started, by its handle.
-        let _ = child.kill();
-        let _ = child.wait();
+            Ok(t)
+        });
+        let text = running.stop();
         match outcome {
             Ok(t) => report.push(format!(
                 "{gguf} {workload}: /health 200 after {:.1} s with {:?}",
@@ -120,7 +93,6 @@ fn the_pinned_llama_server_starts_from_emitted_argv() {
                 &argv[3..]
             )),
             Err(e) => {
-                let text = std::fs::read_to_string(log.path()).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(15).collect();
                 panic!(
                     "{gguf} {workload}: llama-server {argv:?} {e}; its log ends:\n{}",

@@ -1,11 +1,64 @@
 //! Starting the pinned llama-server in a test: a free loopback port and its `/health` status.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Per-request socket timeout, so a server that accepts and never answers cannot hang a poll.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a server may take to load a fixture model and answer /health: the fixtures are a few MiB, so a
+/// minute is generous even on a loaded 2-core machine, and short enough that a hung server fails the test.
+pub(crate) const START_DEADLINE: Duration = Duration::from_secs(60);
+/// Between /health polls.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A llama-server this test started, its stderr in a temporary log; only this child, by its handle, is stopped.
+pub(crate) struct Server {
+    child: Child,
+    log: tempfile::NamedTempFile,
+}
+
+impl Server {
+    /// Starts `server` with `args` (already pointed at loopback `port`) and polls /health until it answers 200:
+    /// `Ok` with the time it took, else why not (the server exited first, or no 200 within [`START_DEADLINE`]).
+    pub(crate) fn start(
+        server: &OsStr,
+        args: &[String],
+        port: u16,
+    ) -> (Self, Result<Duration, String>) {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut child = Command::new(server)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let outcome = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Err(format!("exited with {status} before answering /health"));
+            }
+            if health(port) == Some(200) {
+                break Ok(started.elapsed());
+            }
+            if started.elapsed() > START_DEADLINE {
+                break Err(format!("no 200 from /health within {START_DEADLINE:?}"));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        };
+        (Self { child, log }, outcome)
+    }
+
+    /// Stops the server and returns what it logged.
+    pub(crate) fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
 
 /// A port the kernel just handed out on loopback (released before the server binds it).
 pub(crate) fn free_port() -> u16 {
