@@ -46,20 +46,6 @@ fn mib_str(bytes: u64) -> String {
     format!("{:.2}", bytes as f32 / (1024.0f32 * 1024.0f32))
 }
 
-/// The CPU features the repack rules read, from the table's `engine.cpu_flags`.
-fn machine_of(table: &Value) -> Machine {
-    Machine {
-        cpu_features: table["engine"]["cpu_flags"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f.as_str().unwrap().to_string())
-            .filter(|f| ["avx2", "avx512f"].contains(&f.as_str()))
-            .collect(),
-        gpus: vec![],
-    }
-}
-
 /// The engine's caches of one row as (kind, printed MiB): `llama_kv_cache` lines by role, then the recurrent
 /// state.
 fn engine_caches(row: &Value) -> Vec<(CacheKind, String)> {
@@ -168,7 +154,7 @@ struct Coverage {
 fn every_architecture_matches_the_engine_or_is_listed_as_known() {
     let models = read("models.json");
     let table = read("measured-cpu.json");
-    let machine = machine_of(&table);
+    let machine = common::cpu_machine(&table);
     let tmp = tempfile::tempdir().unwrap();
     let mut specs: BTreeMap<String, ModelSpec> = BTreeMap::new();
     let mut cov: BTreeMap<String, Coverage> = BTreeMap::new();

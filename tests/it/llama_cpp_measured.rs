@@ -69,24 +69,6 @@ impl Worst {
 /// measured on, and its rows are estimated for those flags: repacking depends on them.
 const TABLES: &[&str] = &["measured-cpu.json", "measured-cpu-avx2.json"];
 
-/// The CPU features the repack rules read, from a table's `engine.cpu_flags`.
-fn machine_of(table: &Value) -> Machine {
-    let flags: Vec<String> = table["engine"]["cpu_flags"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap().to_string())
-        .collect();
-    Machine {
-        cpu_features: flags
-            .iter()
-            .filter(|f| ["avx2", "avx512f"].contains(&f.as_str()))
-            .cloned()
-            .collect(),
-        gpus: vec![],
-    }
-}
-
 #[test]
 fn memory_model_matches_the_engine_on_every_measured_row() {
     let models = read("models.json");
@@ -99,7 +81,7 @@ fn memory_model_matches_the_engine_on_every_measured_row() {
         .iter()
         .map(|t| {
             let v = read(t);
-            let m = machine_of(&v);
+            let m = common::cpu_machine(&v);
             (v, m)
         })
         .collect();
@@ -243,7 +225,7 @@ fn memory_model_matches_the_engine_on_every_measured_row() {
 fn tied_output_in_a_repacked_type_keeps_a_second_copy() {
     let models = read("models.json");
     let table = read("measured-cpu-avx2.json");
-    let machine = machine_of(&table);
+    let machine = common::cpu_machine(&table);
     let tmp = tempfile::tempdir().unwrap();
     let mut seen = BTreeMap::<String, usize>::new();
     for row in table["rows"].as_array().unwrap() {

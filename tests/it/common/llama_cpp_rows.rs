@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use optimizer::memory::llama_cpp::Machine;
 use serde_json::Value;
 
 /// Bytes in a MiB, the unit the engine prints.
@@ -25,19 +24,8 @@ pub(super) fn read(name: &str) -> Value {
 /// The row's flags as the memory model's parameters: the harness's one reader of engine command lines.
 pub(super) use super::common::engine_params as params;
 
-/// The CPU features the repack rules read, from a table's `engine.cpu_flags`; no GPU.
-pub(super) fn cpu_machine(table: &Value) -> Machine {
-    Machine {
-        cpu_features: table["engine"]["cpu_flags"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f.as_str().unwrap().to_string())
-            .filter(|f| ["avx2", "avx512f"].contains(&f.as_str()))
-            .collect(),
-        gpus: vec![],
-    }
-}
+/// A table's CPU flags as a [`Machine`]: the harness's one reader of them.
+pub(super) use super::common::cpu_machine;
 
 /// A 2-decimal MiB buffer line of the row, if the engine printed it.
 pub(super) fn buffer_mib(row: &Value, name: &str) -> Option<f64> {

@@ -17,7 +17,7 @@ use std::process::Command;
 use optimizer::emit::{Artifact, Deployment, LlamaCppSettings};
 use optimizer::evidence::Evidence;
 use optimizer::hardware::{self, Inventory};
-use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, LazyMode, Params};
+use optimizer::memory::llama_cpp::{CACHE_TYPES, FlashAttn, LazyMode, Machine, Params};
 use optimizer::model::{self, GgmlType, ModelSpec, TypeReading};
 use optimizer::plan::{self, Inputs, Overrides, PlanError};
 use optimizer::profile::{self, ProfileSet, WorkloadProfile};
@@ -241,6 +241,20 @@ pub(crate) fn cache_type(s: Option<&str>) -> GgmlType {
         .copied()
         .find(|t| t.name().eq_ignore_ascii_case(name))
         .unwrap_or_else(|| panic!("cache type {name}"))
+}
+
+/// The CPU features the repack rules read, from a measured table's `engine.cpu_flags`; no GPU.
+pub(crate) fn cpu_machine(table: &Value) -> Machine {
+    Machine {
+        cpu_features: table["engine"]["cpu_flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .filter(|f| ["avx2", "avx512f"].contains(&f.as_str()))
+            .collect(),
+        gpus: vec![],
+    }
 }
 
 /// The memory model's parameters for the command line a measured row ran with (tests/fixtures/llama-cpp: every
